@@ -1,0 +1,42 @@
+# pgdrain: `make demo` runs the seed's scenario on an embedded PostgreSQL, `make test` runs the
+# suite. Both create the virtual environment with pinned dependencies first.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt layers/pgdrain/requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: help demo test test-unit lint migrate clean
+
+help: ## list the targets
+	@grep -E '^[a-z/-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): requirements-dev.txt layers/pgdrain/requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "pgdrain needs Python 3.11 or newer; set PYTHON=python3.x"; exit 1; }
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -r requirements-dev.txt
+	$(PIP) install --no-deps -e .
+	touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP) ## run the seed article's scenario on an embedded PostgreSQL
+	$(BIN)/python demo/seed.py
+
+test: $(STAMP) ## run the whole suite (embedded PostgreSQL, or DATABASE_URL)
+	$(BIN)/python -m pytest
+
+test-unit: $(STAMP) ## run the tests that need no database
+	$(BIN)/python -m pytest tests/unit
+
+lint: $(STAMP) ## ruff
+	$(BIN)/ruff check .
+
+migrate: $(STAMP) ## apply migrations to DATABASE_URL
+	$(BIN)/pgdrain migrate
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,57 @@
+"""pgdrain: a background-job queue in one PostgreSQL table, drained by AWS Lambda.
+
+Enqueue from application code, inside your own transaction::
+
+    import pgdrain
+    pgdrain.enqueue(conn, "send-email", {"to": "sarah@example.com"})
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigError, InvalidJobError, MigrationError, PgdrainError
+from .models import EnqueueResult, JanitorResult, Job, QueueStats, Status, Written
+from .policy import Backoff
+from .queue import (
+    claim,
+    complete,
+    enqueue,
+    enqueue_many,
+    fail,
+    get_job,
+    new_job,
+    record_failure,
+    release,
+    requeue_failed,
+    retry,
+    run_janitor,
+    stats,
+)
+from .settings import Settings
+
+__all__ = [
+    "Backoff",
+    "ConfigError",
+    "EnqueueResult",
+    "InvalidJobError",
+    "JanitorResult",
+    "Job",
+    "MigrationError",
+    "PgdrainError",
+    "QueueStats",
+    "Settings",
+    "Status",
+    "Written",
+    "claim",
+    "complete",
+    "enqueue",
+    "enqueue_many",
+    "fail",
+    "get_job",
+    "new_job",
+    "record_failure",
+    "release",
+    "requeue_failed",
+    "retry",
+    "run_janitor",
+    "stats",
+]

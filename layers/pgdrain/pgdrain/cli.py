@@ -1,0 +1,73 @@
+"""The ``pgdrain`` command: ``migrate``, ``stats``, ``requeue`` and ``janitor``.
+
+Connects with ``DATABASE_URL``. Errors print one line that says what is wrong (never the
+password) and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from .errors import PgdrainError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pgdrain", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("migrate", help="create or upgrade the schema (idempotent)")
+    commands.add_parser("stats", help="job counts by queue and status, and the queue's lag")
+    commands.add_parser("janitor", help="reclaim expired leases and purge old done jobs now")
+    requeue = commands.add_parser("requeue", help="give failed jobs a fresh set of attempts")
+    requeue.add_argument("--id", type=int, action="append", dest="ids", metavar="ID",
+                         help="a job id (repeatable); default: every failed job")
+    requeue.add_argument("--job-type", help="only failed jobs of this type")
+    requeue.add_argument("--queue", help="only failed jobs in this queue")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except PgdrainError as exc:
+        print(f"pgdrain {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a driver error: say which, without the connection string
+        print(f"pgdrain {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    from . import queue
+    from .db import connect
+    from .errors import ConfigError
+    from .migrate import migrate
+    from .settings import Settings
+
+    settings = Settings.from_env()
+    if not settings.database_url:
+        raise ConfigError("DATABASE_URL is not set")
+    conn = connect(settings.database_url)
+    try:
+        if args.command == "migrate":
+            applied = migrate(conn)
+            print("applied: " + ", ".join(applied) if applied else "schema is up to date")
+        elif args.command == "stats":
+            found = queue.stats(conn)
+            print(json.dumps({"counts": found.counts, "due": found.due,
+                              "oldest_due_seconds": round(found.oldest_due_seconds, 3)},
+                             indent=2, sort_keys=True))
+        elif args.command == "janitor":
+            result = queue.run_janitor(conn, settings)
+            print(json.dumps({"ran": result.ran, "reclaimed": result.reclaimed,
+                              "failed": result.failed, "purged": result.purged}))
+        elif args.command == "requeue":
+            ids = queue.requeue_failed(conn, ids=args.ids, job_type=args.job_type,
+                                       queue=args.queue)
+            print(f"requeued {len(ids)} job(s)" + (f": {ids}" if ids else ""))
+    finally:
+        conn.close()
+    return 0

@@ -1,0 +1,243 @@
+"""Connections: ``DATABASE_URL`` parsing, connecting with pg8000, and running catalogue queries.
+
+``Session`` runs a named query from the catalogue on either a pg8000 native connection (which
+pgdrain's functions own, with prepared statements for the hot path) or any DB-API connection
+an application already has open (pg8000.dbapi, psycopg), so that enqueueing joins the
+application's own transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pg8000.native
+
+from .errors import ConfigError
+from .sql import QUERIES, to_format
+
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+@dataclass(frozen=True)
+class ConnectParams:
+    """Where and how to connect; ``repr`` never shows the password."""
+
+    user: str
+    database: str
+    host: str | None = None
+    port: int = 5432
+    unix_sock: str | None = None
+    password: str | None = field(default=None, repr=False)
+    sslmode: str = "prefer"
+    sslrootcert: str | None = None
+    application_name: str | None = "pgdrain"
+    timeout: float | None = None
+
+    @property
+    def where(self) -> str:
+        """host:port/database (or the socket path), safe to print."""
+        return f"{self.unix_sock or f'{self.host}:{self.port}'}/{self.database}"
+
+
+def parse_database_url(url: str) -> ConnectParams:
+    """Parse ``postgresql://user:pass@host:port/db?sslmode=...`` (or ``?host=/socket/dir``).
+
+    Raises ConfigError naming what is wrong, without echoing the URL (it may hold a password).
+    """
+    try:
+        parts = urlsplit(url.strip())
+        port_in_netloc = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"DATABASE_URL is not a valid URL: {exc}") from None
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ConfigError("DATABASE_URL must start with postgresql:// (or postgres://)")
+    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    known = {"host", "port", "sslmode", "sslrootcert", "application_name", "connect_timeout",
+             "user", "password", "dbname"}
+    unknown = sorted(set(query) - known)
+    if unknown:
+        raise ConfigError(f"DATABASE_URL has unsupported parameters: {', '.join(unknown)}")
+
+    host = query.get("host") or (unquote(parts.hostname) if parts.hostname else None)
+    port = port_in_netloc or 5432
+    if query.get("port"):
+        try:
+            port = int(query["port"])
+        except ValueError:
+            raise ConfigError("DATABASE_URL port must be a number") from None
+    user = query.get("user") or unquote(parts.username or "") or "postgres"
+    password = query.get("password") or (unquote(parts.password) if parts.password else None)
+    database = query.get("dbname") or unquote(parts.path.lstrip("/")) or user
+
+    unix_sock = None
+    if host is None or host.startswith("/"):
+        socket_dir = host or "/var/run/postgresql"
+        unix_sock = f"{socket_dir.rstrip('/')}/.s.PGSQL.{port}"
+        host = None
+
+    local = unix_sock is not None or host in _LOCAL_HOSTS
+    sslmode = query.get("sslmode") or ("disable" if unix_sock else
+                                       "prefer" if local else "verify-full")
+    if sslmode not in _SSLMODES:
+        raise ConfigError(f"DATABASE_URL sslmode must be one of {', '.join(_SSLMODES)}")
+    timeout = None
+    if query.get("connect_timeout"):
+        try:
+            timeout = float(query["connect_timeout"])
+        except ValueError:
+            raise ConfigError("DATABASE_URL connect_timeout must be a number") from None
+    return ConnectParams(
+        user=user, database=database, host=host, port=port, unix_sock=unix_sock,
+        password=password, sslmode=sslmode, sslrootcert=query.get("sslrootcert"),
+        application_name=query.get("application_name") or "pgdrain", timeout=timeout,
+    )
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ``***``, for messages."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+        query = "&".join(
+            "password=***" if p.startswith("password=") else p
+            for p in parts.query.split("&") if p
+        )
+        return parts._replace(netloc=netloc, query=query).geturl()
+    except ValueError:
+        return "<unparseable DATABASE_URL>"
+
+
+def ssl_context_for(params: ConnectParams) -> ssl.SSLContext | bool | None:
+    """pg8000's ``ssl_context`` for an sslmode: False = plain, None = TLS if offered, True =
+    TLS without verification, a context = TLS verified against ``sslrootcert`` (or the system CAs).
+    """
+    mode = params.sslmode
+    if mode == "disable":
+        return False
+    if mode in ("allow", "prefer"):
+        return None
+    if mode == "require":
+        return True
+    context = ssl.create_default_context(cafile=params.sslrootcert)
+    context.check_hostname = mode == "verify-full"
+    return context
+
+
+def connect(params: ConnectParams | str) -> pg8000.native.Connection:
+    """Open a pg8000 native connection (autocommit) for ``params`` or a URL."""
+    if isinstance(params, str):
+        params = parse_database_url(params)
+    return pg8000.native.Connection(
+        user=params.user,
+        password=params.password,
+        host=params.host or "localhost",
+        port=params.port,
+        database=params.database,
+        unix_sock=params.unix_sock,
+        ssl_context=ssl_context_for(params),
+        timeout=params.timeout,
+        application_name=params.application_name,
+    )
+
+
+def _encode(value: Any) -> Any:
+    """Python values the drivers do not send as PostgreSQL expects."""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return value
+
+
+class Session:
+    """Runs catalogue statements by name and returns rows as dicts.
+
+    Give it a pg8000 native connection or a DB-API connection. With ``prepare=True`` (native
+    only), each statement is prepared once per connection: one round trip per run instead of
+    three.
+    """
+
+    def __init__(self, conn: Any, *, prepare: bool = False):
+        self.conn = conn
+        self.native = isinstance(conn, pg8000.native.Connection)
+        if prepare and not self.native:
+            raise TypeError("prepared statements need a pg8000.native.Connection")
+        self._prepare = prepare
+        self._prepared: dict[str, Any] = {}
+
+    def rows(self, query: str, /, **params: Any) -> list[dict[str, Any]]:
+        """Run the named query; return its rows (an empty list for statements without rows)."""
+        params = {k: _encode(v) for k, v in params.items()}
+        if self.native:
+            if self._prepare:
+                statement = self._prepared.get(query)
+                if statement is None:
+                    statement = self._prepared[query] = self.conn.prepare(QUERIES[query])
+                result = statement.run(**params)
+                columns = statement.columns
+            else:
+                result = self.conn.run(QUERIES[query], **params) if params else \
+                    self.conn.run(QUERIES[query])
+                columns = self.conn.columns
+            if not columns:
+                return []
+            names = [c["name"] for c in columns]
+            return [dict(zip(names, row, strict=True)) for row in result]
+        cursor = self.conn.cursor()
+        try:
+            statement, names = to_format(QUERIES[query])
+            cursor.execute(statement, tuple(params[n] for n in names))
+            if cursor.description is None:
+                return []
+            names = [c[0] for c in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+    def one(self, query: str, /, **params: Any) -> dict[str, Any] | None:
+        """The first row of the named query, or None."""
+        found = self.rows(query, **params)
+        return found[0] if found else None
+
+    def run_script(self, sql: str) -> None:
+        """Run a multi-statement script (migrations) with the simple query protocol."""
+        if self.native:
+            self.conn.run(sql)
+        else:
+            cursor = self.conn.cursor()
+            try:
+                cursor.execute(sql)
+            finally:
+                cursor.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A transaction on a native connection pgdrain owns; rolled back on any exception."""
+        if not self.native:
+            raise TypeError("pgdrain only opens transactions on connections it owns; "
+                            "a DB-API connection's transaction belongs to its caller")
+        self.rows("transaction_begin")
+        try:
+            yield self
+        except BaseException:
+            # A broken connection cannot roll back; the original error is the one to report.
+            with suppress(Exception):
+                self.rows("transaction_rollback")
+            raise
+        self.rows("transaction_commit")
+
+    def close(self) -> None:
+        self._prepared.clear()
+        self.conn.close()
+
+
+def as_session(conn: Any) -> Session:
+    """A Session for a connection, or the Session itself."""
+    return conn if isinstance(conn, Session) else Session(conn)

@@ -1,0 +1,38 @@
+"""Schema migrations: the numbered files in ``sql/migrations``, applied in order and recorded.
+
+Safe to run again (applied versions are skipped) and to run concurrently: every run takes the
+same advisory lock first, so a second run waits, then finds nothing left to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .db import as_session
+from .errors import MigrationError
+from .queue import MIGRATION_LOCK_KEY
+from .sql import migrations
+
+
+def migrate(conn: Any) -> list[str]:
+    """Bring the schema up to date in one transaction; return the migrations applied now.
+
+    ``conn`` must be a pg8000 native connection (pgdrain commits on it).
+    """
+    session = as_session(conn)
+    applied_now: list[str] = []
+    with session.transaction():
+        session.rows("migration_lock", lock_key=MIGRATION_LOCK_KEY)
+        session.rows("migration_create_table")
+        done = {r["version"] for r in session.rows("migration_applied")}
+        for version, name, sql in migrations():
+            if version in done:
+                continue
+            try:
+                session.run_script(sql)
+            except Exception as exc:
+                raise MigrationError(f"migration {version:04d}_{name} failed: {exc}") from exc
+            session.rows("migration_record", version=version, name=name)
+            applied_now.append(f"{version:04d}_{name}")
+    return applied_now
+

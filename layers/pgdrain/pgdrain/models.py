@@ -1,0 +1,86 @@
+"""The values pgdrain passes around: job states, claimed jobs and operation results."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class Status(enum.StrEnum):
+    """A job's ``status``; the words are the seed article's and users' SQL relies on them."""
+
+    PENDING = "pending"
+    """Waiting until ``run_at``; the claim moves it to running."""
+    RUNNING = "running"
+    """Claimed under a lease; its worker finishes it, or the janitor reclaims it at expiry."""
+    DONE = "done"
+    """Finished; the janitor purges it after the retention period."""
+    FAILED = "failed"
+    """Dead-lettered with its last error, out of attempts or discarded; requeue to run again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A claimed job, as the claim returned it. ``lease_token`` identifies this claim."""
+
+    id: int
+    job_type: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    queue: str
+    priority: int
+    run_at: datetime
+    created_at: datetime
+    claimed_at: datetime
+    lease_expires_at: datetime
+    lease_token: str
+    dedupe_key: str | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key that is the same on every attempt of this job: pass it to outside providers."""
+        return f"pgdrain-job-{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """The id of an enqueued job; ``created`` is False when a live duplicate's id came back."""
+
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """Which finishing writes took effect. ``stale`` ids belonged to a claim that was lost."""
+
+    ids: tuple[int, ...] = ()
+    stale: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JanitorResult:
+    """What one janitor pass did; ``ran`` is False when another drain held the janitor lock."""
+
+    ran: bool
+    reclaimed: int = 0
+    """Expired leases put back to pending."""
+    failed: int = 0
+    """Expired leases out of attempts, moved to failed."""
+    purged: int = 0
+    """Old done rows deleted."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts by queue and status, and the lag of the oldest due pending job."""
+
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    due: int = 0
+    oldest_due_seconds: float = 0.0
+
+    def total(self, status: str) -> int:
+        return sum(by_status.get(status, 0) for by_status in self.counts.values())

@@ -1,0 +1,352 @@
+"""Queue operations: one named query each, on a connection the caller passes in.
+
+Enqueueing works on the caller's connection and inside the caller's transaction, so an
+application inserts its row and its job atomically. Claim, finish, release and the janitor are
+the drain's operations; every finishing write is guarded by the claim (status ``running`` and
+the claim's lease token) and reports writes that were stale.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .db import Session, as_session
+from .errors import InvalidJobError
+from .models import EnqueueResult, JanitorResult, Job, QueueStats, Written
+from .policy import Backoff, Fail, after_failure
+from .settings import Settings
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_TEXT = 200
+MAX_DEDUPE_KEY = 500
+MAX_ERROR_CHARS = 4000
+SMALLINT = (-32768, 32767)
+MAX_INT = 2**31 - 1
+# Lock ids for pg_advisory_xact_lock; arbitrary but fixed ("pgdrain" in ASCII, then a number).
+JANITOR_LOCK_KEY = 0x70676472_61696E01
+MIGRATION_LOCK_KEY = 0x70676472_61696E02
+
+_JOB_FIELDS = frozenset({"job_type", "payload", "queue", "priority", "max_attempts", "run_at",
+                         "delay_seconds", "dedupe_key"})
+# A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated job to insert. Build it with ``new_job()``, which checks every field."""
+
+    job_type: str
+    payload_json: str
+    queue: str
+    priority: int
+    max_attempts: int
+    run_at: datetime | None
+    delay_seconds: float
+    dedupe_key: str | None
+
+
+def new_job(
+    job_type: Any,
+    payload: Any = None,
+    *,
+    queue: Any = DEFAULT_QUEUE,
+    priority: Any = 0,
+    max_attempts: Any = DEFAULT_MAX_ATTEMPTS,
+    run_at: Any = None,
+    delay_seconds: Any = None,
+    dedupe_key: Any = None,
+    index: int | None = None,
+) -> NewJob:
+    """Validate one job's fields; raise InvalidJobError naming the field that is wrong."""
+
+    def bad(name: str, message: str) -> InvalidJobError:
+        return InvalidJobError(message, field=name, index=index)
+
+    def text(name: str, value: Any, limit: int) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise bad(name, "must be a non-empty string")
+        if len(value) > limit:
+            raise bad(name, f"must be at most {limit} characters")
+        if "\x00" in value:
+            raise bad(name, "must not contain NUL characters")
+        return value
+
+    def integer(name: str, value: Any, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad(name, "must be an integer")
+        if not low <= value <= high:
+            raise bad(name, f"must be between {low} and {high}")
+        return value
+
+    job_type = text("job_type", job_type, MAX_TEXT)
+    try:
+        payload_json = json.dumps({} if payload is None else payload, allow_nan=False,
+                                  separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise bad("payload", f"must be JSON-serialisable ({exc})") from None
+    if _JSON_NUL.search(payload_json):
+        raise bad("payload", "must not contain NUL characters (PostgreSQL jsonb rejects them)")
+    queue = text("queue", queue, MAX_TEXT)
+    priority = integer("priority", priority, *SMALLINT)
+    max_attempts = integer("max_attempts", max_attempts, 1, MAX_INT)
+    if run_at is not None and delay_seconds is not None:
+        raise bad("run_at", "give run_at or delay_seconds, not both")
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise bad("run_at", "must be a datetime")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise bad("run_at", "must carry a timezone (a naive time is ambiguous)")
+    delay = 0.0
+    if delay_seconds is not None:
+        if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, int | float):
+            raise bad("delay_seconds", "must be a number")
+        if not math.isfinite(delay_seconds) or not 0 <= delay_seconds <= 10 * 365 * 86400:
+            raise bad("delay_seconds", "must be between 0 and 315360000 (ten years)")
+        delay = float(delay_seconds)
+    if dedupe_key is not None:
+        dedupe_key = text("dedupe_key", dedupe_key, MAX_DEDUPE_KEY)
+    return NewJob(job_type, payload_json, queue, priority, max_attempts, run_at, delay,
+                  dedupe_key)
+
+
+def enqueue(conn: Any, job_type: str, payload: Any = None, **options: Any) -> EnqueueResult:
+    """Insert one job on ``conn`` (inside its open transaction, if any) and return its id.
+
+    Options: ``queue``, ``priority`` (lower runs first), ``max_attempts``, ``run_at`` (an aware
+    datetime) or ``delay_seconds``, ``dedupe_key``. If a live (pending or running) job holds
+    the same ``dedupe_key``, nothing is inserted and its id comes back with ``created=False``.
+    Raises InvalidJobError, inserting nothing, when a field is invalid.
+    """
+    return enqueue_many(conn, [{"job_type": job_type, "payload": payload, **options}])[0]
+
+
+def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[EnqueueResult]:
+    """Insert a batch of jobs in one statement; results are in input order.
+
+    Every job is validated first: one invalid job raises InvalidJobError (with its index) and
+    nothing is inserted. Jobs are dicts with ``new_job``'s fields, or ``NewJob`` values.
+    """
+    batch = [_validated(job, i) for i, job in enumerate(jobs)]
+    if not batch:
+        return []
+    session = as_session(conn)
+    inserted = session.rows(
+        "job_enqueue_batch",
+        job_types=[j.job_type for j in batch],
+        payloads=[j.payload_json for j in batch],
+        queues=[j.queue for j in batch],
+        priorities=[j.priority for j in batch],
+        max_attempts=[j.max_attempts for j in batch],
+        run_ats=[j.run_at for j in batch],
+        delays=[j.delay_seconds for j in batch],
+        dedupe_keys=[j.dedupe_key for j in batch],
+    )
+    # Identity values are drawn in insertion order, which follows the input (ORDER BY ord), so
+    # the inserted rows sorted by id line up with the input items that were not duplicates.
+    fresh = iter(sorted(inserted, key=lambda r: r["id"]))
+    pending_row = next(fresh, None)
+    results: list[EnqueueResult | None] = []
+    for job in batch:
+        if pending_row is not None and pending_row["dedupe_key"] == job.dedupe_key:
+            results.append(EnqueueResult(pending_row["id"], True))
+            pending_row = next(fresh, None)
+        else:
+            results.append(None)  # a live duplicate: look its id up below
+    missing = {j.dedupe_key for j, r in zip(batch, results, strict=True) if r is None}
+    if missing:
+        existing = _live_ids(session, missing)
+        for i, job in enumerate(batch):
+            if results[i] is None:
+                results[i] = EnqueueResult(existing[job.dedupe_key], False)
+    return [r for r in results if r is not None]
+
+
+def _validated(job: Mapping[str, Any] | NewJob, index: int) -> NewJob:
+    if isinstance(job, NewJob):
+        return job
+    if not isinstance(job, Mapping):
+        raise InvalidJobError("must be an object with job_type and payload", index=index)
+    unknown = sorted(set(job) - _JOB_FIELDS)
+    if unknown:
+        raise InvalidJobError(f"unknown field(s): {', '.join(unknown)}", index=index)
+    if "job_type" not in job:
+        raise InvalidJobError("is required", field="job_type", index=index)
+    return new_job(**job, index=index)
+
+
+def _live_ids(session: Session, keys: set[str | None], attempts: int = 5) -> dict[str, int]:
+    """Ids of the live jobs holding ``keys``.
+
+    The insert skipped these keys because a live job held them; that job may have finished
+    since, or (inserted by a transaction that committed after this statement's snapshot) not
+    be visible to the first lookup. A fresh statement sees it, so ask a few times.
+    """
+    found: dict[str, int] = {}
+    for _ in range(attempts):
+        rows = session.rows("job_get_live_by_dedupe_keys",
+                            dedupe_keys=sorted(k for k in keys - set(found) if k is not None))
+        found.update({r["dedupe_key"]: r["id"] for r in rows})
+        if len(found) == len(keys):
+            return found
+    raise InvalidJobError(
+        "a live job held this dedupe_key during the insert but could not be read back; "
+        "retry the enqueue", field="dedupe_key")
+
+
+def claim(
+    conn: Any,
+    *,
+    batch_size: int,
+    lease_seconds: float,
+    queues: Sequence[str] | None = None,
+) -> list[Job]:
+    """Claim up to ``batch_size`` due jobs for ``lease_seconds``, in (priority, run_at, id) order.
+
+    One statement, committed at once (run it outside a transaction): the jobs are ``running``,
+    their attempt spent, and each carries the ``lease_token`` its finishing write must present.
+    """
+    rows = as_session(conn).rows(
+        "job_claim_batch", batch_size=batch_size, lease_seconds=lease_seconds,
+        queues=list(queues) if queues else None,
+    )
+    jobs = [Job(**row) for row in rows]
+    jobs.sort(key=lambda j: (j.priority, j.run_at, j.id))
+    return jobs
+
+
+def _written(asked: Sequence[Job], rows: list[dict[str, Any]]) -> Written:
+    done = {r["id"] for r in rows}
+    return Written(ids=tuple(j.id for j in asked if j.id in done),
+                   stale=tuple(j.id for j in asked if j.id not in done))
+
+
+def complete(conn: Any, jobs: Sequence[Job]) -> Written:
+    """Mark claimed jobs ``done`` in one statement; ``stale`` lists those whose claim was lost."""
+    if not jobs:
+        return Written()
+    rows = as_session(conn).rows("job_complete_batch", ids=[j.id for j in jobs],
+                                 tokens=[j.lease_token for j in jobs])
+    return _written(jobs, rows)
+
+
+def release(conn: Any, jobs: Sequence[Job]) -> Written:
+    """Hand claimed jobs that never started back to ``pending``, refunding their attempt."""
+    if not jobs:
+        return Written()
+    rows = as_session(conn).rows("job_release_batch", ids=[j.id for j in jobs],
+                                 tokens=[j.lease_token for j in jobs])
+    return _written(jobs, rows)
+
+
+def error_text(error: str) -> str:
+    """An error message fit to store: no NUL characters, at most MAX_ERROR_CHARS."""
+    error = error.replace("\x00", "\\0")
+    return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def retry(conn: Any, job: Job, error: str, delay_seconds: float) -> bool:
+    """Put a claimed job back to ``pending`` after ``delay_seconds``; False if the write was stale."""
+    return as_session(conn).one("job_retry", id=job.id, token=job.lease_token,
+                                error=error_text(error), delay_seconds=delay_seconds) is not None
+
+
+def fail(conn: Any, job: Job, error: str) -> bool:
+    """Dead-letter a claimed job with its error; False if the write was stale."""
+    return as_session(conn).one("job_fail", id=job.id, token=job.lease_token,
+                                error=error_text(error)) is not None
+
+
+def record_failure(
+    conn: Any, job: Job, error: str, backoff: Backoff, *, retryable: bool = True
+) -> tuple[str, bool]:
+    """Retry or dead-letter a job whose attempt failed, as ``policy.after_failure`` decides.
+
+    Returns the resulting status (``pending`` or ``failed``) and whether the write took effect.
+    """
+    decision = after_failure(job.attempts, job.max_attempts, backoff, retryable=retryable)
+    if isinstance(decision, Fail):
+        return "failed", fail(conn, job, error)
+    return "pending", retry(conn, job, error, decision.delay_seconds)
+
+
+def run_janitor(conn: Any, settings: Settings) -> JanitorResult:
+    """Reclaim expired leases and purge old ``done`` jobs, in one short transaction.
+
+    Takes a transaction-scoped advisory lock without waiting: if another drain is running the
+    janitor, this returns ``ran=False`` at once instead of queueing behind it. An expired job
+    goes back to ``pending`` with backoff, or to ``failed`` when it is out of attempts, so a
+    job that kills its worker on every attempt cannot loop forever. Needs a connection pgdrain
+    owns (pg8000 native), since it commits.
+    """
+    session = as_session(conn)
+    with session.transaction():
+        if not session.one("janitor_try_lock", lock_key=JANITOR_LOCK_KEY)["locked"]:
+            return JanitorResult(ran=False)
+        expired = session.rows("janitor_select_expired", limit=settings.reclaim_batch_size)
+        reclaimed = failed = 0
+        if expired:
+            decisions = [after_failure(r["attempts"], r["max_attempts"], settings.backoff)
+                         for r in expired]
+            changed = session.rows(
+                "janitor_reclaim_batch",
+                ids=[r["id"] for r in expired],
+                tokens=[r["lease_token"] for r in expired],
+                statuses=["failed" if isinstance(d, Fail) else "pending" for d in decisions],
+                delays=[0.0 if isinstance(d, Fail) else d.delay_seconds for d in decisions],
+                error="lease expired: the worker did not finish the job before its lease "
+                      "ran out (it crashed, was killed, or timed out)",
+            )
+            failed = sum(1 for r in changed if r["status"] == "failed")
+            reclaimed = len(changed) - failed
+        purged = 0
+        for _ in range(settings.purge_max_batches):
+            deleted = _purge_batch(session, settings)
+            purged += deleted
+            if deleted < settings.purge_batch_size:
+                break
+    return JanitorResult(ran=True, reclaimed=reclaimed, failed=failed, purged=purged)
+
+
+def _purge_batch(session: Session, settings: Settings) -> int:
+    row = session.one("job_purge_done_batch", retention_seconds=settings.retention_seconds,
+                      limit=settings.purge_batch_size)
+    return row["purged"] if row else 0
+
+
+def requeue_failed(
+    conn: Any,
+    *,
+    ids: Sequence[int] | None = None,
+    job_type: str | None = None,
+    queue: str | None = None,
+) -> list[int]:
+    """Give failed jobs a fresh set of attempts, due now; returns the requeued ids.
+
+    Filters combine; with none, every failed job is requeued.
+    """
+    rows = as_session(conn).rows("job_requeue_failed", ids=list(ids) if ids is not None else None,
+                                 job_type=job_type, queue=queue)
+    return sorted(r["id"] for r in rows)
+
+
+def get_job(conn: Any, job_id: int) -> dict[str, Any] | None:
+    """One job with its status, lease and error history, or None."""
+    return as_session(conn).one("job_get", id=job_id)
+
+
+def stats(conn: Any) -> QueueStats:
+    """Counts by queue and status, and how long the oldest due pending job has waited."""
+    session = as_session(conn)
+    counts: dict[str, dict[str, int]] = {}
+    for row in session.rows("job_stats_by_status"):
+        counts.setdefault(row["queue"], {})[row["status"]] = row["jobs"]
+    lag = session.one("job_oldest_due_age")
+    return QueueStats(counts=counts, due=lag["due"], oldest_due_seconds=lag["oldest_due_seconds"])

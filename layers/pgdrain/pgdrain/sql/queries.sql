@@ -1,0 +1,241 @@
+-- Every statement pgdrain runs at runtime, by name.
+--
+-- Format: each entry starts with a line `-- name: <noun>_<verb>[_qualifier]`, followed by one or
+-- more `-- ` lines saying what it does, then the SQL up to the next `-- name:` line. Parameters
+-- are `:name` (pg8000's native style; pgdrain.sql converts them for DB-API drivers). Entries are
+-- sorted by name. Time always comes from the database (`now()`), never from the caller.
+
+-- name: janitor_reclaim_batch
+-- Apply the janitor's decisions to expired leases: back to pending after a backoff, or to
+-- failed once out of attempts. Guarded by the lease token it read, so a job that finished
+-- meanwhile is left alone.
+UPDATE jobs AS j
+SET status           = d.status,
+    run_at           = CASE WHEN d.status = 'pending'
+                            THEN now() + make_interval(secs => d.delay_seconds)
+                            ELSE j.run_at END,
+    finished_at      = CASE WHEN d.status = 'failed' THEN now() END,
+    last_error       = :error::text,
+    errors           = j.errors || jsonb_build_array(jsonb_build_object(
+                           'attempt', j.attempts, 'at', now(), 'error', :error::text)),
+    lease_expires_at = NULL,
+    lease_token      = NULL,
+    updated_at       = now()
+FROM unnest(:ids::bigint[], :tokens::uuid[], :statuses::text[], :delays::float8[])
+     AS d(id, lease_token, status, delay_seconds)
+WHERE j.id = d.id
+  AND j.status = 'running'
+  AND j.lease_token = d.lease_token
+RETURNING j.id, j.status
+
+-- name: janitor_select_expired
+-- Running jobs whose lease ran out, oldest first, locked so that two janitors never decide
+-- about the same row.
+SELECT id, lease_token::text AS lease_token, attempts, max_attempts
+FROM jobs
+WHERE status = 'running' AND lease_expires_at < now()
+ORDER BY lease_expires_at
+LIMIT :limit::int
+FOR UPDATE SKIP LOCKED
+
+-- name: janitor_try_lock
+-- Take the janitor's transaction-scoped advisory lock without waiting; false means another
+-- drain is running the janitor right now, and this one skips it.
+SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked
+
+-- name: job_claim_batch
+-- Claim up to :batch_size due jobs in one statement: lock them with SKIP LOCKED, flip them to
+-- running, spend an attempt and stamp the lease. The MATERIALIZED CTE runs the locking SELECT
+-- exactly once; `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` may be re-evaluated
+-- by the planner and claim more than n rows.
+WITH due AS MATERIALIZED (
+    SELECT id
+    FROM jobs
+    WHERE status = 'pending'
+      AND run_at <= now()
+      AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
+    ORDER BY priority, run_at, id
+    LIMIT :batch_size::int
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs AS j
+SET status           = 'running',
+    attempts         = j.attempts + 1,
+    claimed_at       = now(),
+    lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
+    lease_token      = gen_random_uuid(),
+    updated_at       = now()
+FROM due
+WHERE j.id = due.id
+RETURNING j.id, j.job_type, j.payload, j.attempts, j.max_attempts, j.queue, j.priority,
+          j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
+          j.lease_token::text AS lease_token, j.dedupe_key
+
+-- name: job_complete_batch
+-- Mark claimed jobs done. Each row is guarded by its claim (running, same lease token); the
+-- ids that come back are the ones that changed, any other was a stale write.
+UPDATE jobs AS j
+SET status           = 'done',
+    finished_at      = now(),
+    lease_expires_at = NULL,
+    lease_token      = NULL,
+    updated_at       = now()
+FROM unnest(:ids::bigint[], :tokens::uuid[]) AS c(id, lease_token)
+WHERE j.id = c.id
+  AND j.status = 'running'
+  AND j.lease_token = c.lease_token
+RETURNING j.id
+
+-- name: job_enqueue_batch
+-- Insert jobs in input order. A live duplicate of a dedupe key (in the table or earlier in the
+-- same batch) is skipped and not returned; the caller looks its id up. `run_at` NULL means now()
+-- plus the delay, in the database's clock.
+INSERT INTO jobs (job_type, payload, queue, priority, max_attempts, run_at, dedupe_key)
+SELECT i.job_type, i.payload, i.queue, i.priority, i.max_attempts,
+       COALESCE(i.run_at, now() + make_interval(secs => i.delay_seconds)), i.dedupe_key
+FROM unnest(:job_types::text[], :payloads::jsonb[], :queues::text[], :priorities::smallint[],
+            :max_attempts::int[], :run_ats::timestamptz[], :delays::float8[],
+            :dedupe_keys::text[])
+     WITH ORDINALITY AS i(job_type, payload, queue, priority, max_attempts, run_at,
+                          delay_seconds, dedupe_key, ord)
+ORDER BY i.ord
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running')
+DO NOTHING
+RETURNING id, dedupe_key
+
+-- name: job_fail
+-- Dead-letter a claimed job: status failed, with the error kept. Guarded by its claim.
+UPDATE jobs
+SET status           = 'failed',
+    finished_at      = now(),
+    last_error       = :error::text,
+    errors           = errors || jsonb_build_array(jsonb_build_object(
+                           'attempt', attempts, 'at', now(), 'error', :error::text)),
+    lease_expires_at = NULL,
+    lease_token      = NULL,
+    updated_at       = now()
+WHERE id = :id::bigint AND status = 'running' AND lease_token = :token::uuid
+RETURNING id
+
+-- name: job_get
+-- One job by id, with its lease and error history.
+SELECT id, job_type, payload, status, attempts, max_attempts, run_at, created_at, queue,
+       priority, claimed_at, lease_expires_at, lease_token::text AS lease_token, last_error,
+       errors, dedupe_key, finished_at, updated_at
+FROM jobs
+WHERE id = :id::bigint
+
+-- name: job_get_live_by_dedupe_keys
+-- The live (pending or running) job holding each dedupe key.
+SELECT dedupe_key, id
+FROM jobs
+WHERE dedupe_key = ANY(:dedupe_keys::text[]) AND status IN ('pending', 'running')
+
+-- name: job_oldest_due_age
+-- Seconds since the oldest due pending job became due (0 when none is due): the queue's lag.
+SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(run_at)), 0)::float8 AS oldest_due_seconds,
+       count(*) AS due
+FROM jobs
+WHERE status = 'pending' AND run_at <= now()
+
+-- name: job_purge_done_batch
+-- Delete up to :limit done jobs that finished more than :retention_seconds ago and count them.
+-- Bounded so a large backlog of history is cleared over several drains instead of in one long
+-- transaction.
+WITH purged AS (
+    DELETE FROM jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id
+        FROM jobs
+        WHERE status = 'done'
+          AND finished_at < now() - make_interval(secs => :retention_seconds::float8)
+        ORDER BY finished_at
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING 1
+)
+SELECT count(*)::int AS purged FROM purged
+
+-- name: job_release_batch
+-- Hand claimed-but-unstarted jobs back: pending again, due at once, the claim's attempt
+-- refunded. Guarded by the claim.
+UPDATE jobs AS j
+SET status           = 'pending',
+    attempts         = j.attempts - 1,
+    lease_expires_at = NULL,
+    lease_token      = NULL,
+    updated_at       = now()
+FROM unnest(:ids::bigint[], :tokens::uuid[]) AS r(id, lease_token)
+WHERE j.id = r.id
+  AND j.status = 'running'
+  AND j.lease_token = r.lease_token
+RETURNING j.id
+
+-- name: job_requeue_failed
+-- Give failed jobs a fresh set of attempts, due now. NULL filters match every failed job.
+UPDATE jobs
+SET status      = 'pending',
+    attempts    = 0,
+    run_at      = now(),
+    finished_at = NULL,
+    updated_at  = now()
+WHERE status = 'failed'
+  AND (:ids::bigint[] IS NULL OR id = ANY(:ids::bigint[]))
+  AND (:job_type::text IS NULL OR job_type = :job_type::text)
+  AND (:queue::text IS NULL OR queue = :queue::text)
+RETURNING id
+
+-- name: job_retry
+-- Put a claimed job back to pending after a failed attempt, due after :delay_seconds, with the
+-- error kept. Guarded by its claim.
+UPDATE jobs
+SET status           = 'pending',
+    run_at           = now() + make_interval(secs => :delay_seconds::float8),
+    last_error       = :error::text,
+    errors           = errors || jsonb_build_array(jsonb_build_object(
+                           'attempt', attempts, 'at', now(), 'error', :error::text)),
+    lease_expires_at = NULL,
+    lease_token      = NULL,
+    updated_at       = now()
+WHERE id = :id::bigint AND status = 'running' AND lease_token = :token::uuid
+RETURNING id
+
+-- name: job_stats_by_status
+-- Job counts by queue and status.
+SELECT queue, status, count(*) AS jobs
+FROM jobs
+GROUP BY queue, status
+ORDER BY queue, status
+
+-- name: migration_applied
+-- The versions already applied.
+SELECT version FROM pgdrain_migrations ORDER BY version
+
+-- name: migration_create_table
+-- The record of applied migrations.
+CREATE TABLE IF NOT EXISTS pgdrain_migrations (
+    version    int PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: migration_lock
+-- Serialise concurrent `pgdrain migrate` runs for the rest of the transaction.
+SELECT pg_advisory_xact_lock(:lock_key::bigint)
+
+-- name: migration_record
+-- Record one applied migration.
+INSERT INTO pgdrain_migrations (version, name) VALUES (:version::int, :name::text)
+
+-- name: transaction_begin
+-- Open a transaction on a connection pgdrain owns (pg8000's native API autocommits).
+BEGIN
+
+-- name: transaction_commit
+-- Commit it.
+COMMIT
+
+-- name: transaction_rollback
+-- Roll it back.
+ROLLBACK
