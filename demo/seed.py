@@ -16,14 +16,11 @@ import time
 import uuid
 import warnings
 from contextlib import contextmanager
-from pathlib import Path
 from urllib.parse import urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "layers" / "pgdrain"))
-
-import pgdrain  # noqa: E402
-from pgdrain.db import connect  # noqa: E402
-from pgdrain.migrate import migrate  # noqa: E402
+import pgdrain
+from pgdrain.db import connect
+from pgdrain.migrate import migrate
 
 SEED_JOBS = [
     ("send-email", {"to": "sarah@example.com"}),

@@ -18,8 +18,8 @@ class InvalidJobError(PgdrainError, ValueError):
     """
 
     def __init__(self, message: str, *, field: str | None = None, index: int | None = None):
-        where = f"jobs[{index}]." if index is not None else ""
-        super().__init__(f"{where}{field}: {message}" if field else message)
+        where = ".".join(p for p in (f"jobs[{index}]" if index is not None else "", field) if p)
+        super().__init__(f"{where}: {message}" if where else message)
         self.field = field
         self.index = index
 

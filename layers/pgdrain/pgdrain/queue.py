@@ -253,7 +253,7 @@ def error_text(error: str) -> str:
 
 
 def retry(conn: Any, job: Job, error: str, delay_seconds: float) -> bool:
-    """Put a claimed job back to ``pending`` after ``delay_seconds``; False if the write was stale."""
+    """Put a claimed job back to ``pending`` after ``delay_seconds``; False if stale."""
     return as_session(conn).one("job_retry", id=job.id, token=job.lease_token,
                                 error=error_text(error), delay_seconds=delay_seconds) is not None
 
@@ -332,7 +332,8 @@ def requeue_failed(
 
     Filters combine; with none, every failed job is requeued.
     """
-    rows = as_session(conn).rows("job_requeue_failed", ids=list(ids) if ids is not None else None,
+    rows = as_session(conn).rows("job_requeue_failed",
+                                 ids=None if ids is None else list(ids),
                                  job_type=job_type, queue=queue)
     return sorted(r["id"] for r in rows)
 

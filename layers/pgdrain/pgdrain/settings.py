@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ConfigError
 from .policy import DEFAULT_BASE_SECONDS, DEFAULT_CAP_SECONDS, DEFAULT_JITTER, Backoff
@@ -57,7 +57,7 @@ class Settings:
     purge_batch_size: int = DEFAULT_PURGE_BATCH_SIZE
     purge_max_batches: int = DEFAULT_PURGE_MAX_BATCHES
     reclaim_batch_size: int = DEFAULT_RECLAIM_BATCH_SIZE
-    backoff: Backoff = Backoff()
+    backoff: Backoff = field(default_factory=Backoff)
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "batch_size", "purge_batch_size", "reclaim_batch_size"):

@@ -1,0 +1,154 @@
+"""Shared fixtures: a real PostgreSQL for every test that touches the queue.
+
+With ``DATABASE_URL`` unset, one embedded PostgreSQL (pgserver) is started for the session;
+with it set, that server is used. A template database is migrated once per session, and each
+test gets its own database cloned from it (fast: a file copy) and dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import suppress
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import pytest
+
+from pgdrain.db import Session, connect
+from pgdrain.migrate import migrate
+
+# Settings from the developer's shell must not leak into tests; DATABASE_URL picks the server.
+for _name in [n for n in os.environ if n.startswith("PGDRAIN_")]:
+    del os.environ[_name]
+
+
+def database_url_for(server_url: str, database: str) -> str:
+    """``server_url`` pointed at another database on the same server."""
+    parts = urlsplit(server_url)
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "dbname"])
+    return parts._replace(path=f"/{database}", query=query).geturl()
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """An admin URL on the PostgreSQL server the tests use."""
+    if os.environ.get("DATABASE_URL"):
+        yield os.environ["DATABASE_URL"]
+        return
+    from pgdrain import embedded
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pgserver: XDG_RUNTIME_DIR is not set
+        server = embedded.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def template_database(server_url: str) -> Iterator[str]:
+    """The name of a migrated database that each test's database is cloned from."""
+    name = f"pgdrain_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = connect(server_url)
+    admin.run(f'CREATE DATABASE "{name}"')
+    conn = connect(database_url_for(server_url, name))
+    migrate(conn)
+    conn.close()
+    try:
+        yield name
+    finally:
+        admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def _create_database(server_url: str, template: str | None) -> str:
+    name = f"pgdrain_t_{uuid.uuid4().hex[:12]}"
+    admin = connect(server_url)
+    try:
+        template_clause = f' TEMPLATE "{template}"' if template else ""
+        admin.run(f'CREATE DATABASE "{name}"{template_clause}')
+    finally:
+        admin.close()
+    return name
+
+
+def _drop_database(server_url: str, name: str) -> None:
+    admin = connect(server_url)
+    try:
+        admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.close()
+
+
+@pytest.fixture
+def database_url(server_url: str, template_database: str) -> Iterator[str]:
+    """A URL to a fresh, migrated database of this test's own."""
+    name = _create_database(server_url, template_database)
+    try:
+        yield database_url_for(server_url, name)
+    finally:
+        _drop_database(server_url, name)
+
+
+@pytest.fixture
+def empty_database_url(server_url: str) -> Iterator[str]:
+    """A URL to a fresh database with no schema at all."""
+    name = _create_database(server_url, None)
+    try:
+        yield database_url_for(server_url, name)
+    finally:
+        _drop_database(server_url, name)
+
+
+@pytest.fixture
+def conn(database_url: str):
+    """A pg8000 native connection (autocommit) to this test's database."""
+    connection = connect(database_url)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def connect_to(database_url: str):
+    """Open more connections to this test's database; all are closed afterwards."""
+    opened = []
+
+    def open_connection():
+        connection = connect(database_url)
+        opened.append(connection)
+        return connection
+
+    yield open_connection
+    for connection in opened:
+        with suppress(Exception):  # a test may have closed or broken it
+            connection.close()
+
+
+@pytest.fixture
+def sql(conn):
+    """Run ad-hoc SQL in a test (setup and assertions): ``sql("SELECT ...", x=1)`` -> dict rows."""
+
+    def run(statement: str, **params):
+        rows = conn.run(statement, **params) if params else conn.run(statement)
+        if not conn.columns:
+            return []
+        names = [c["name"] for c in conn.columns]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    return run
+
+
+@pytest.fixture
+def session(conn) -> Session:
+    return Session(conn)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if {"database_url", "empty_database_url", "server_url"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.db)

@@ -1,0 +1,78 @@
+"""The claim: one statement, SKIP LOCKED, ordered, bounded, stamping the lease."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pgdrain
+from pgdrain.db import Session
+from pgdrain.sql import QUERIES
+
+
+def test_claim_flips_to_running_spends_an_attempt_and_stamps_a_lease(conn, sql):
+    pgdrain.enqueue(conn, "send-email", {"to": "sarah@example.com"})
+    [job] = pgdrain.claim(conn, batch_size=5, lease_seconds=90)
+    assert job.attempts == 1
+    [row] = sql("SELECT status, attempts, claimed_at, lease_expires_at - claimed_at AS lease, "
+                "lease_token::text AS token, updated_at = claimed_at AS stamped FROM jobs")
+    assert (row["status"], row["attempts"]) == ("running", 1)
+    assert row["lease"] == timedelta(seconds=90)
+    assert row["token"] == job.lease_token
+    assert row["stamped"]
+    assert pgdrain.claim(conn, batch_size=5, lease_seconds=90) == []  # nothing left to claim
+
+
+def test_claim_order_is_priority_then_run_at_then_id(conn, sql):
+    ids = {}
+    for name, priority, ago in [("late-low", 5, 10), ("early-low", 5, 20), ("urgent", -1, 1),
+                                ("normal-a", 0, 30), ("normal-b", 0, 30)]:
+        ids[name] = pgdrain.enqueue(conn, name, priority=priority).id
+        sql("UPDATE jobs SET run_at = now() - make_interval(secs => :ago) WHERE id = :id",
+            ago=ago, id=ids[name])
+    claimed = pgdrain.claim(conn, batch_size=10, lease_seconds=60)
+    assert [j.job_type for j in claimed] == ["urgent", "normal-a", "normal-b", "early-low",
+                                             "late-low"]
+    first_two = [j.job_type for j in claimed[:2]]
+    assert first_two == ["urgent", "normal-a"]
+
+
+def test_claim_takes_at_most_batch_size_in_order(conn):
+    ids = [r.id for r in pgdrain.enqueue_many(conn, [{"job_type": "x"}] * 25)]
+    batches = [pgdrain.claim(conn, batch_size=10, lease_seconds=60) for _ in range(4)]
+    assert [len(b) for b in batches] == [10, 10, 5, 0]
+    assert [j.id for b in batches for j in b] == ids
+
+
+def test_future_jobs_wait_for_run_at(conn):
+    pgdrain.enqueue(conn, "later", delay_seconds=60)
+    due = pgdrain.enqueue(conn, "now").id
+    assert [j.id for j in pgdrain.claim(conn, batch_size=10, lease_seconds=60)] == [due]
+
+
+def test_queue_filter(conn):
+    pgdrain.enqueue(conn, "a", queue="emails")
+    pgdrain.enqueue(conn, "b", queue="webhooks")
+    pgdrain.enqueue(conn, "c", queue="exports")
+    claimed = pgdrain.claim(conn, batch_size=10, lease_seconds=60, queues=["emails", "exports"])
+    assert sorted(j.job_type for j in claimed) == ["a", "c"]
+    assert [j.job_type for j in pgdrain.claim(conn, batch_size=10, lease_seconds=60)] == ["b"]
+
+
+def test_prepared_claim_behaves_the_same(conn):
+    session = Session(conn, prepare=True)
+    pgdrain.enqueue_many(conn, [{"job_type": "x"}] * 3)
+    for _ in range(7):  # past PostgreSQL's switch to a generic plan after five runs
+        pgdrain.claim(session, batch_size=1, lease_seconds=60, queues=["nope"])
+    assert len(pgdrain.claim(session, batch_size=2, lease_seconds=60)) == 2
+    assert len(pgdrain.claim(session, batch_size=2, lease_seconds=60, queues=["default"])) == 1
+
+
+def test_claim_uses_the_pending_index_with_a_large_history(conn, sql):
+    sql("""INSERT INTO jobs (job_type, status, finished_at)
+           SELECT 'old', 'done', now() FROM generate_series(1, 20000)""")
+    pgdrain.enqueue_many(conn, [{"job_type": "x"}] * 5)
+    sql("ANALYZE jobs")
+    statement = QUERIES["job_claim_batch"].replace(":queues::text[]", "NULL::text[]") \
+        .replace(":batch_size::int", "10").replace(":lease_seconds::float8", "60")
+    plan = "\n".join(r["QUERY PLAN"] for r in sql("EXPLAIN " + statement))
+    assert "jobs_pending_idx" in plan

@@ -1,0 +1,82 @@
+"""The janitor: expired leases back to pending or to failed, old done rows purged in batches,
+and overlapping drains never wait for each other."""
+
+from __future__ import annotations
+
+import pgdrain
+from pgdrain.policy import Backoff
+from pgdrain.queue import JANITOR_LOCK_KEY
+
+SETTINGS = pgdrain.Settings(backoff=Backoff(base_seconds=2, cap_seconds=3600, jitter=0))
+
+
+def expire_leases(sql):
+    sql("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE status = 'running'")
+
+
+def test_expired_lease_goes_back_to_pending_with_backoff(conn, sql):
+    pgdrain.enqueue(conn, "x", max_attempts=3)
+    pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    expire_leases(sql)
+    result = pgdrain.run_janitor(conn, SETTINGS)
+    assert result == pgdrain.JanitorResult(ran=True, reclaimed=1)
+    [row] = sql("SELECT status, attempts, (run_at - updated_at) AS wait, last_error, errors, "
+                "lease_token, lease_expires_at FROM jobs")
+    assert (row["status"], row["attempts"]) == ("pending", 1)
+    assert row["wait"].total_seconds() == 2
+    assert row["last_error"].startswith("lease expired")
+    assert row["errors"][0]["attempt"] == 1
+    assert (row["lease_token"], row["lease_expires_at"]) == (None, None)
+
+
+def test_a_job_that_kills_its_worker_every_time_ends_failed(conn, sql):
+    pgdrain.enqueue(conn, "poison", max_attempts=2)
+    for _ in range(2):
+        sql("UPDATE jobs SET run_at = now() WHERE status = 'pending'")
+        assert len(pgdrain.claim(conn, batch_size=1, lease_seconds=60)) == 1
+        expire_leases(sql)  # the worker died: nothing finished the job
+        pgdrain.run_janitor(conn, SETTINGS)
+    [row] = sql("SELECT status, attempts, errors FROM jobs")
+    assert (row["status"], row["attempts"]) == ("failed", 2)
+    assert [e["error"][:13] for e in row["errors"]] == ["lease expired"] * 2
+    assert pgdrain.claim(conn, batch_size=1, lease_seconds=60) == []
+
+
+def test_live_leases_are_left_alone(conn, sql):
+    pgdrain.enqueue_many(conn, [{"job_type": "live"}, {"job_type": "dead"}])
+    live, dead = pgdrain.claim(conn, batch_size=2, lease_seconds=600)
+    sql("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = :id",
+        id=dead.id)
+    assert pgdrain.run_janitor(conn, SETTINGS).reclaimed == 1
+    assert pgdrain.complete(conn, [live]).ids == (live.id,)
+    assert pgdrain.complete(conn, [dead]).stale == (dead.id,)
+
+
+def test_purge_deletes_old_done_rows_in_bounded_batches(conn, sql):
+    sql("""INSERT INTO jobs (job_type, status, finished_at)
+           SELECT 'old', 'done', now() - interval '2 days' FROM generate_series(1, 25)""")
+    sql("""INSERT INTO jobs (job_type, status, finished_at)
+           SELECT 'recent', 'done', now() FROM generate_series(1, 3)""")
+    sql("""INSERT INTO jobs (job_type, status, finished_at)
+           SELECT 'dead-letter', 'failed', now() - interval '2 days' FROM generate_series(1, 2)""")
+    settings = pgdrain.Settings(retention_seconds=86400, purge_batch_size=10,
+                                purge_max_batches=2)
+    assert pgdrain.run_janitor(conn, settings).purged == 20
+    assert pgdrain.run_janitor(conn, settings).purged == 5
+    assert pgdrain.run_janitor(conn, settings).purged == 0
+    left = {r["job_type"]: r["n"] for r in sql("SELECT job_type, count(*) AS n FROM jobs "
+                                               "GROUP BY job_type")}
+    assert left == {"recent": 3, "dead-letter": 2}  # failed jobs are kept for inspection
+
+
+def test_overlapping_janitor_skips_instead_of_waiting(conn, connect_to, sql):
+    other = connect_to()
+    other.run("BEGIN")
+    other.run("SELECT pg_advisory_xact_lock(:key)", key=JANITOR_LOCK_KEY)
+    pgdrain.enqueue(conn, "x")
+    pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    expire_leases(sql)
+    sql("SET statement_timeout = '2s'")  # waiting for the lock would fail this test
+    assert pgdrain.run_janitor(conn, SETTINGS) == pgdrain.JanitorResult(ran=False)
+    other.run("COMMIT")
+    assert pgdrain.run_janitor(conn, SETTINGS).reclaimed == 1

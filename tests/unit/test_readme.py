@@ -1,0 +1,23 @@
+"""The README stays true: the two commands come first and every setting is in its table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pgdrain.settings import SETTINGS
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def test_the_two_commands_come_first():
+    first_block = README.split("```")[1].removeprefix("sh")
+    assert [line.split("#")[0].strip() for line in first_block.strip().splitlines()] == [
+        "make demo", "make test"]
+
+
+def test_settings_table_matches_the_code():
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| ([^|]+) \|", README, re.MULTILINE))
+    assert set(rows) == {name for name, _, _ in SETTINGS}
+    for name, default, _ in SETTINGS:
+        assert rows[name].strip() == default, name

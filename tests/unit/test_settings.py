@@ -1,0 +1,58 @@
+"""Settings from the environment: defaults, parsing and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgdrain.errors import ConfigError
+from pgdrain.policy import Backoff
+from pgdrain.settings import SETTINGS, Settings
+
+
+def test_defaults():
+    settings = Settings.from_env({})
+    assert settings == Settings()
+    assert settings.database_url is None
+    assert settings.queues == ()
+    assert settings.lease_seconds > 900  # longer than any Lambda timeout
+
+
+def test_every_variable_is_read():
+    env = {
+        "DATABASE_URL": "postgresql://u@h/db",
+        "PGDRAIN_LEASE_SECONDS": "120",
+        "PGDRAIN_BATCH_SIZE": "25",
+        "PGDRAIN_QUEUES": " emails, webhooks ,,",
+        "PGDRAIN_RETENTION_SECONDS": "0",
+        "PGDRAIN_PURGE_BATCH_SIZE": "50",
+        "PGDRAIN_PURGE_MAX_BATCHES": "0",
+        "PGDRAIN_RECLAIM_BATCH_SIZE": "7",
+        "PGDRAIN_BACKOFF_BASE_SECONDS": "0.5",
+        "PGDRAIN_BACKOFF_CAP_SECONDS": "60",
+        "PGDRAIN_BACKOFF_JITTER": "0",
+    }
+    assert Settings.from_env(env) == Settings(
+        database_url="postgresql://u@h/db", lease_seconds=120, batch_size=25,
+        queues=("emails", "webhooks"), retention_seconds=0, purge_batch_size=50,
+        purge_max_batches=0, reclaim_batch_size=7,
+        backoff=Backoff(base_seconds=0.5, cap_seconds=60, jitter=0),
+    )
+    # SETTINGS documents exactly what from_env reads (the README table is checked against it).
+    assert {name for name, _, _ in SETTINGS} == set(env)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("PGDRAIN_BATCH_SIZE", "ten", "PGDRAIN_BATCH_SIZE must be an integer, got 'ten'"),
+        ("PGDRAIN_BATCH_SIZE", "0", "PGDRAIN_BATCH_SIZE must be at least 1, got 0"),
+        ("PGDRAIN_LEASE_SECONDS", "-5", "PGDRAIN_LEASE_SECONDS must be at least 1, got -5"),
+        ("PGDRAIN_RETENTION_SECONDS", "1.5", "must be an integer"),
+        ("PGDRAIN_BACKOFF_BASE_SECONDS", "fast", "must be a number"),
+        ("PGDRAIN_BACKOFF_CAP_SECONDS", "nan", "must be a finite number"),
+        ("PGDRAIN_BACKOFF_JITTER", "2", "jitter must be between 0 and 1"),
+    ],
+)
+def test_invalid_values_name_the_setting(name, value, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Settings.from_env({name: value})

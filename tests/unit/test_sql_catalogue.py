@@ -1,0 +1,57 @@
+"""The named-query catalogue: parsing, ordering, and that the code only names real queries."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pgdrain.sql import QUERIES, CatalogueError, migrations, parse_catalogue, to_format
+
+PACKAGE = Path(__file__).resolve().parents[2] / "layers" / "pgdrain" / "pgdrain"
+
+
+def test_parse_drops_descriptions_and_keeps_sql():
+    text = "-- header\n\n-- name: a_get\n-- what it does\nSELECT 1\n\n-- name: b_set\nSELECT 2\n"
+    assert parse_catalogue(text) == {"a_get": "SELECT 1", "b_set": "SELECT 2"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n", "defined twice"),
+        ("-- name: b\nSELECT 1\n-- name: a\nSELECT 2\n", "sorted"),
+        ("-- name: a\n-- only a description\n", "no SQL"),
+    ],
+)
+def test_malformed_catalogue_is_rejected(text, message):
+    with pytest.raises(CatalogueError, match=message):
+        parse_catalogue(text)
+
+
+def test_every_query_the_code_names_exists_and_every_query_is_used():
+    source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+    named = set(re.findall(r"""(?:rows|one)\(\s*"([a-z_]+)\"""", source))
+    assert named, "no query names found in the code"
+    assert named - set(QUERIES) == set()
+    assert set(QUERIES) - named == set()
+
+
+def test_no_sql_strings_in_library_code():
+    # All runtime SQL lives in queries.sql; Python refers to it by name.
+    pattern = re.compile(r"""["'](SELECT|UPDATE|INSERT|DELETE|BEGIN|COMMIT)\b""")
+    offenders = [p.name for p in PACKAGE.rglob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []
+
+
+def test_to_format_rewrites_parameters_but_not_casts():
+    statement, names = to_format("SELECT :a::int, x % 2, :b, :a FROM t WHERE y = ANY(:c::text[])")
+    assert statement == "SELECT %s::int, x %% 2, %s, %s FROM t WHERE y = ANY(%s::text[])"
+    assert names == ["a", "b", "a", "c"]
+
+
+def test_migrations_are_numbered_in_order():
+    found = migrations()
+    assert [v for v, _, _ in found] == list(range(1, len(found) + 1))
+    assert found[0][1] == "create_jobs"
