@@ -51,11 +51,17 @@ def parse_database_url(url: str) -> ConnectParams:
 
     Raises ConfigError naming what is wrong, without echoing the URL (it may hold a password).
     """
+    # urllib's own messages quote parts of the URL, which may be the password: never pass
+    # them on. An unencoded / ? or # in the password is the usual cause.
     try:
         parts = urlsplit(url.strip())
+    except ValueError:
+        raise ConfigError("DATABASE_URL is not a valid URL") from None
+    try:
         port_in_netloc = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"DATABASE_URL is not a valid URL: {exc}") from None
+    except ValueError:
+        raise ConfigError("DATABASE_URL port is not a number (percent-encode characters such "
+                          "as / ? # @ : in the user name and password)") from None
     if parts.scheme not in ("postgres", "postgresql"):
         raise ConfigError("DATABASE_URL must start with postgresql:// (or postgres://)")
     query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -98,22 +104,6 @@ def parse_database_url(url: str) -> ConnectParams:
         password=password, sslmode=sslmode, sslrootcert=query.get("sslrootcert"),
         application_name=query.get("application_name") or "pgdrain", timeout=timeout,
     )
-
-
-def redact(url: str) -> str:
-    """The URL with any password replaced by ``***``, for messages."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
-        query = "&".join(
-            "password=***" if p.startswith("password=") else p
-            for p in parts.query.split("&") if p
-        )
-        return parts._replace(netloc=netloc, query=query).geturl()
-    except ValueError:
-        return "<unparseable DATABASE_URL>"
 
 
 def ssl_context_for(params: ConnectParams) -> ssl.SSLContext | bool | None:
