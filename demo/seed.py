@@ -1,81 +1,88 @@
-"""The seed article's scenario on pgdrain: four jobs, two workers at once, one retry.
+"""The seed article's scenario, run through the drain function's ``lambda_handler``.
 
 Creates the schema on a fresh database (the embedded PostgreSQL, or a scratch database on the
-server in DATABASE_URL), enqueues the article's four jobs, runs two worker processes that
-share the queue, prints a line per job outcome, then the final table.
+server in DATABASE_URL), enqueues the article's four jobs, then runs two drain "containers" at
+once: each is its own process that invokes ``lambda_handler`` with a Lambda-like context (a
+real 30-second deadline), again every 200 ms as the schedule and the doorbell would, until it
+has found nothing to do twenty times in a row. Their structured logs become the article's
+lines, and the final table is printed as the article prints it.
 
     make demo            # or: .venv/bin/python demo/seed.py
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import json
 import os
+import subprocess
 import sys
-import time
+import threading
 import uuid
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pgdrain
 from pgdrain.db import connect
 from pgdrain.migrate import migrate
 
+ROOT = Path(__file__).resolve().parents[1]
 SEED_JOBS = [
     ("send-email", {"to": "sarah@example.com"}),
     ("deliver-webhook", {"url": "https://example.com/hooks"}),
     ("generate-export", {"format": "csv"}),
     ("sync-crm", {"contactId": 42}),
 ]
-IDLE_POLLS = 20
-POLL_SECONDS = 0.2
+# One "container": invoke the drain until it has been idle for a while, like the seed's worker.
+CONTAINER = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import app
+from pgdrain.local import LambdaContext
+idle = 0
+while idle < 20:
+    summary = app.lambda_handler({}, LambdaContext("pgdrain-drain", timeout_seconds=30))
+    idle = 0 if summary["claimed"] else idle + 1
+    if summary["claimed"] == 0:
+        time.sleep(0.2)
+"""
 
 
-def handle_job(job: pgdrain.Job) -> None:
-    """The seed's simulated work: 150 ms each; sync-crm times out on its first attempt."""
-    time.sleep(0.15)
-    if job.job_type == "sync-crm" and job.attempts == 1:
-        raise TimeoutError("CRM API timed out")
+def seed_line(worker: str, record: dict) -> str | None:
+    """The article's line for one of the drain's job log records, or None for other lines."""
+    label = f"#{record.get('job_id')} {record.get('job_type')} (attempt {record.get('attempt')})"
+    outcome = record.get("outcome")
+    if outcome == "done":
+        return f"[{worker}] done: {label}"
+    if outcome in ("retried", "failed"):
+        return f"[{worker}] failed: {label} - {record['error'].split(': ', 1)[-1]}"
+    return None
 
 
-def run_worker(name: str, url: str) -> None:
-    conn = connect(url)
-    settings = pgdrain.Settings(batch_size=1, lease_seconds=30)
-    pgdrain.run_janitor(conn, settings)
-    idle = 0
-    while idle < IDLE_POLLS:
-        jobs = pgdrain.claim(conn, batch_size=settings.batch_size,
-                             lease_seconds=settings.lease_seconds)
-        if not jobs:
-            idle += 1
-            time.sleep(POLL_SECONDS)
-            continue
-        idle = 0
-        for job in jobs:
-            label = f"#{job.id} {job.job_type} (attempt {job.attempts})"
-            try:
-                handle_job(job)
-            except Exception as exc:
-                pgdrain.record_failure(conn, job, str(exc), settings.backoff)
-                print(f"[{name}] failed: {label} - {exc}", flush=True)
-            else:
-                pgdrain.complete(conn, [job])
-                print(f"[{name}] done: {label}", flush=True)
-    conn.close()
+def relay(worker: str, stream, lock: threading.Lock) -> None:
+    for raw in stream:
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = None
+        line = seed_line(worker, record) if isinstance(record, dict) else raw.rstrip()
+        if line:
+            with lock:
+                print(line, flush=True)
 
 
 def print_table(rows: list[dict]) -> None:
     columns = ["id", "job_type", "status", "attempts"]
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
-    line = "+".join("-" * (w + 2) for w in widths)
-    print(f"+{line}+")
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    print(rule)
     print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |")
-    print(f"+{line}+")
+    print(rule)
     for row in rows:
         cells = [str(row[c]).ljust(w) for c, w in zip(columns, widths, strict=True)]
         print("| " + " | ".join(cells) + " |")
-    print(f"+{line}+")
+    print(rule)
 
 
 @contextmanager
@@ -113,15 +120,23 @@ def main() -> None:
             pgdrain.enqueue(conn, job_type, payload)
         print(f"Enqueued {len(SEED_JOBS)} jobs.\n")
 
-        spawn = multiprocessing.get_context("spawn")
-        workers = [spawn.Process(target=run_worker, args=(f"worker-{n}", url))
-                   for n in (1, 2)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        if any(w.exitcode for w in workers):
-            sys.exit("a worker failed")
+        env = {**os.environ, "DATABASE_URL": url, "PGDRAIN_JOBS": "pgdrain_jobs.seed",
+               "PGDRAIN_BATCH_SIZE": "1", "POWERTOOLS_METRICS_NAMESPACE": "pgdrain-demo"}
+        lock = threading.Lock()
+        containers = []
+        for n in (1, 2):
+            process = subprocess.Popen(
+                [sys.executable, "-c", CONTAINER, str(ROOT / "functions" / "drain")],
+                env=env, stdout=subprocess.PIPE, text=True)
+            relay_thread = threading.Thread(target=relay, args=(f"worker-{n}", process.stdout,
+                                                                 lock))
+            relay_thread.start()
+            containers.append((process, relay_thread))
+        for process, relay_thread in containers:
+            process.wait()
+            relay_thread.join()
+        if any(process.returncode for process, _ in containers):
+            sys.exit("a drain container failed")
 
         rows = conn.run("SELECT id, job_type, status, attempts FROM jobs ORDER BY id")
         print_table([dict(zip(["id", "job_type", "status", "attempts"], r, strict=True))

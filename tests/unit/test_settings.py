@@ -6,7 +6,7 @@ import pytest
 
 from pgdrain.errors import ConfigError
 from pgdrain.policy import Backoff
-from pgdrain.settings import SETTINGS, Settings
+from pgdrain.settings import CREDENTIAL_SETTINGS, SETTINGS, Settings
 
 
 def test_defaults():
@@ -30,15 +30,23 @@ def test_every_variable_is_read():
         "PGDRAIN_BACKOFF_BASE_SECONDS": "0.5",
         "PGDRAIN_BACKOFF_CAP_SECONDS": "60",
         "PGDRAIN_BACKOFF_JITTER": "0",
+        "PGDRAIN_MAX_JOBS": "50",
+        "PGDRAIN_SAFETY_MARGIN_SECONDS": "0.5",
+        "PGDRAIN_JOB_TIMEOUT_SECONDS": "4",
+        "PGDRAIN_JOBS": "my.jobs,other.jobs",
+        "PGDRAIN_TRACING": "true",
     }
     assert Settings.from_env(env) == Settings(
         database_url="postgresql://u@h/db", lease_seconds=120, batch_size=25,
         queues=("emails", "webhooks"), retention_seconds=0, purge_batch_size=50,
-        purge_max_batches=0, reclaim_batch_size=7,
+        purge_max_batches=0, reclaim_batch_size=7, max_jobs=50, safety_margin_seconds=0.5,
+        job_timeout_seconds=4, job_modules="my.jobs,other.jobs",
+        tracing=True,
         backoff=Backoff(base_seconds=0.5, cap_seconds=60, jitter=0),
     )
     # SETTINGS documents exactly what from_env reads (the README table is checked against it).
-    assert {name for name, _, _ in SETTINGS} == set(env)
+    # (The credential variables are read by pgdrain.credentials; see test_credentials.py.)
+    assert {name for name, _, _ in SETTINGS} - set(CREDENTIAL_SETTINGS) == set(env)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,16 @@ Enqueue from application code, inside your own transaction::
 
 from __future__ import annotations
 
-from .errors import ConfigError, InvalidJobError, MigrationError, PgdrainError
+from .errors import (
+    ConfigError,
+    DatabaseConnectError,
+    Discard,
+    HandlerTimeout,
+    InvalidJobError,
+    MigrationError,
+    PgdrainError,
+    Snooze,
+)
 from .models import EnqueueResult, JanitorResult, Job, QueueStats, Status, Written
 from .policy import Backoff
 from .queue import (
@@ -26,19 +35,27 @@ from .queue import (
     run_janitor,
     stats,
 )
+from .registry import REGISTRY, Handler, Registry, job, load_job_modules
 from .settings import Settings
 
 __all__ = [
+    "REGISTRY",
     "Backoff",
     "ConfigError",
+    "DatabaseConnectError",
+    "Discard",
     "EnqueueResult",
+    "Handler",
+    "HandlerTimeout",
     "InvalidJobError",
     "JanitorResult",
     "Job",
     "MigrationError",
     "PgdrainError",
     "QueueStats",
+    "Registry",
     "Settings",
+    "Snooze",
     "Status",
     "Written",
     "claim",
@@ -47,6 +64,8 @@ __all__ = [
     "enqueue_many",
     "fail",
     "get_job",
+    "job",
+    "load_job_modules",
     "new_job",
     "record_failure",
     "release",

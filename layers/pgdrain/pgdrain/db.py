@@ -13,10 +13,12 @@ import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pg8000.native
+from pg8000.converters import TIMESTAMPTZ, timestamptz_in
 
 from .errors import ConfigError
 from .sql import QUERIES, to_format
@@ -122,11 +124,21 @@ def ssl_context_for(params: ConnectParams) -> ssl.SSLContext | bool | None:
     return context
 
 
+def _timestamptz_in(text: str) -> datetime | str:
+    # pg8000 parses timestamptz with strptime, which cost a drain more time than its SQL did
+    # (four timestamps per claimed job). fromisoformat reads PostgreSQL's output format about
+    # 50 times faster; the rare values it cannot read (infinity, BC, year > 9999) fall back.
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return timestamptz_in(text)
+
+
 def connect(params: ConnectParams | str) -> pg8000.native.Connection:
     """Open a pg8000 native connection (autocommit) for ``params`` or a URL."""
     if isinstance(params, str):
         params = parse_database_url(params)
-    return pg8000.native.Connection(
+    conn = pg8000.native.Connection(
         user=params.user,
         password=params.password,
         host=params.host or "localhost",
@@ -137,6 +149,8 @@ def connect(params: ConnectParams | str) -> pg8000.native.Connection:
         timeout=params.timeout,
         application_name=params.application_name,
     )
+    conn.register_in_adapter(TIMESTAMPTZ, _timestamptz_in)
+    return conn
 
 
 def _encode(value: Any) -> Any:

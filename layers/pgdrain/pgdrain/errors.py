@@ -26,3 +26,29 @@ class InvalidJobError(PgdrainError, ValueError):
 
 class MigrationError(PgdrainError):
     """The database schema could not be brought up to date."""
+
+
+class DatabaseConnectError(PgdrainError):
+    """pgdrain could not connect; the message says where and why, never the password."""
+
+
+class Snooze(Exception):
+    """Raise from a handler to run the job again after ``delay_seconds``.
+
+    The attempt is refunded: snoozing is waiting, not failing (River's JobSnooze).
+    """
+
+    def __init__(self, delay_seconds: float, reason: str = ""):
+        super().__init__(reason or f"snoozed for {delay_seconds} s")
+        self.delay_seconds = float(delay_seconds)
+
+
+class Discard(Exception):
+    """Raise from a handler to fail the job at once, without retries (a permanent error)."""
+
+
+class HandlerTimeout(BaseException):
+    """Raised inside a handler that overran its time budget.
+
+    A BaseException, so a handler's ``except Exception`` cannot swallow it and run on.
+    """

@@ -21,14 +21,57 @@ DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
 DEFAULT_PURGE_BATCH_SIZE = 1000
 DEFAULT_PURGE_MAX_BATCHES = 10
 DEFAULT_RECLAIM_BATCH_SIZE = 1000
+DEFAULT_MAX_JOBS = 1000
+DEFAULT_SAFETY_MARGIN_SECONDS = 2.0
+DEFAULT_JOB_TIMEOUT_SECONDS = 30.0
+
+DEFAULT_SECRET_MAX_AGE_SECONDS = 300
+
+# Read by pgdrain.credentials (connect_params_from_env), not by Settings.from_env.
+_CREDENTIAL_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("DB_SECRET_ARN", "(none)",
+     "With DATABASE_URL unset: ARN of a Secrets Manager secret in the RDS JSON format "
+     "(username, password, host, port, dbname) to connect with"),
+    ("DB_IAM_AUTH", "false",
+     "With DATABASE_URL and DB_SECRET_ARN unset, true (1, yes): log in as DB_USER with an RDS "
+     "IAM token (needs TLS, GRANT rds_iam and rds-db:connect)"),
+    ("DB_HOST", "(the secret's host)",
+     "Database host for IAM auth; with DB_SECRET_ARN, replaces the secret's host (e.g. an RDS "
+     "Proxy endpoint). A path is a Unix socket directory"),
+    ("DB_PORT", "(the secret's port, or 5432)",
+     "Database port for IAM auth; with DB_SECRET_ARN, replaces the secret's port"),
+    ("DB_USER", "(none)", "Database user for IAM auth"),
+    ("DB_NAME", "(the secret's dbname, or postgres)",
+     "Database for IAM auth (required there); with DB_SECRET_ARN, replaces the secret's dbname"),
+    ("DB_SSLMODE", "verify-full",
+     "TLS for DB_SECRET_ARN and IAM connections: disable, allow, prefer, require, verify-ca or "
+     "verify-full (DATABASE_URL has its own sslmode=)"),
+    ("DB_SSL_ROOT_CERT", "(system CAs)",
+     "CA bundle file that verifies the server; RDS needs its global bundle from "
+     "truststore.pki.rds.amazonaws.com"),
+    ("PGDRAIN_SECRET_MAX_AGE_SECONDS", str(DEFAULT_SECRET_MAX_AGE_SECONDS),
+     "How long a fetched DB_SECRET_ARN secret is reused; a rejected password refetches it at "
+     "once"),
+)
+CREDENTIAL_SETTINGS: tuple[str, ...] = tuple(name for name, _, _ in _CREDENTIAL_ROWS)
 
 SETTINGS: tuple[tuple[str, str, str], ...] = (
     ("DATABASE_URL", "embedded PostgreSQL locally",
      "postgresql://user:pass@host:port/db?sslmode=..., or ?host=/socket/dir for a Unix socket"),
+    *_CREDENTIAL_ROWS,
     ("PGDRAIN_LEASE_SECONDS", str(DEFAULT_LEASE_SECONDS),
      "How long a claim owns its job before the janitor may reclaim it; keep it above the "
      "function timeout"),
     ("PGDRAIN_BATCH_SIZE", str(DEFAULT_BATCH_SIZE), "Jobs claimed per claim statement"),
+    ("PGDRAIN_MAX_JOBS", str(DEFAULT_MAX_JOBS), "Most jobs one drain invocation runs"),
+    ("PGDRAIN_SAFETY_MARGIN_SECONDS", str(DEFAULT_SAFETY_MARGIN_SECONDS),
+     "Time a drain keeps in hand before its deadline to record outcomes and return"),
+    ("PGDRAIN_JOB_TIMEOUT_SECONDS", str(DEFAULT_JOB_TIMEOUT_SECONDS),
+     "Time budget of a handler that declares no timeout; an overrun is retried as timed out"),
+    ("PGDRAIN_TRACING", "false",
+     "true: trace the drain with Powertools' Tracer (needs aws-xray-sdk; adds ~1 s cold start)"),
+    ("PGDRAIN_JOBS", "pgdrain_jobs.examples,pgdrain_jobs.webhook",
+     "Comma-separated modules whose @pgdrain.job handlers the functions load"),
     ("PGDRAIN_QUEUES", "(all queues)", "Comma-separated queues to drain"),
     ("PGDRAIN_RETENTION_SECONDS", str(DEFAULT_RETENTION_SECONDS),
      "Age after which the janitor deletes done jobs"),
@@ -57,15 +100,24 @@ class Settings:
     purge_batch_size: int = DEFAULT_PURGE_BATCH_SIZE
     purge_max_batches: int = DEFAULT_PURGE_MAX_BATCHES
     reclaim_batch_size: int = DEFAULT_RECLAIM_BATCH_SIZE
+    max_jobs: int = DEFAULT_MAX_JOBS
+    safety_margin_seconds: float = DEFAULT_SAFETY_MARGIN_SECONDS
+    job_timeout_seconds: float = DEFAULT_JOB_TIMEOUT_SECONDS
+    job_modules: str | None = None
+    tracing: bool = False
     backoff: Backoff = field(default_factory=Backoff)
 
     def __post_init__(self) -> None:
-        for name in ("lease_seconds", "batch_size", "purge_batch_size", "reclaim_batch_size"):
+        for name in ("lease_seconds", "batch_size", "purge_batch_size", "reclaim_batch_size",
+                     "max_jobs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("retention_seconds", "purge_max_batches"):
+        for name in ("retention_seconds", "purge_max_batches", "safety_margin_seconds"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
+        if not self.job_timeout_seconds > 0:
+            raise ConfigError(f"job_timeout_seconds must be positive, got "
+                              f"{self.job_timeout_seconds}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -93,6 +145,13 @@ class Settings:
                 env, "PGDRAIN_PURGE_MAX_BATCHES", DEFAULT_PURGE_MAX_BATCHES, 0),
             reclaim_batch_size=_integer(
                 env, "PGDRAIN_RECLAIM_BATCH_SIZE", DEFAULT_RECLAIM_BATCH_SIZE, 1),
+            max_jobs=_integer(env, "PGDRAIN_MAX_JOBS", DEFAULT_MAX_JOBS, 1),
+            safety_margin_seconds=_number(
+                env, "PGDRAIN_SAFETY_MARGIN_SECONDS", DEFAULT_SAFETY_MARGIN_SECONDS),
+            job_timeout_seconds=_number(
+                env, "PGDRAIN_JOB_TIMEOUT_SECONDS", DEFAULT_JOB_TIMEOUT_SECONDS),
+            job_modules=env.get("PGDRAIN_JOBS") or None,
+            tracing=_flag(env, "PGDRAIN_TRACING"),
             backoff=backoff,
         )
 
@@ -108,6 +167,15 @@ def _integer(env: Mapping[str, str], name: str, default: int, minimum: int) -> i
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
 def _number(env: Mapping[str, str], name: str, default: float) -> float:

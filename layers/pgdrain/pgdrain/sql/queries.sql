@@ -5,6 +5,10 @@
 -- are `:name` (pg8000's native style; pgdrain.sql converts them for DB-API drivers). Entries are
 -- sorted by name. Time always comes from the database (`now()`), never from the caller.
 
+-- name: connection_ping
+-- A cheap round trip that tells whether a reused connection is still alive.
+SELECT 1 AS alive
+
 -- name: janitor_reclaim_batch
 -- Apply the janitor's decisions to expired leases: back to pending after a backoff, or to
 -- failed once out of attempts. Guarded by the lease token it read, so a job that finished
@@ -195,6 +199,19 @@ SET status           = 'pending',
     last_error       = :error::text,
     errors           = errors || jsonb_build_array(jsonb_build_object(
                            'attempt', attempts, 'at', now(), 'error', :error::text)),
+    lease_expires_at = NULL,
+    lease_token      = NULL,
+    updated_at       = now()
+WHERE id = :id::bigint AND status = 'running' AND lease_token = :token::uuid
+RETURNING id
+
+-- name: job_snooze
+-- A handler asked to run again later: pending after :delay_seconds with the attempt refunded
+-- (waiting is not failing). Guarded by its claim.
+UPDATE jobs
+SET status           = 'pending',
+    attempts         = attempts - 1,
+    run_at           = now() + make_interval(secs => :delay_seconds::float8),
     lease_expires_at = NULL,
     lease_token      = NULL,
     updated_at       = now()

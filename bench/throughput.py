@@ -1,0 +1,152 @@
+"""Drain throughput: no-op jobs per second, drain function vs bare loop vs the seed's worker.
+
+    .venv/bin/python bench/throughput.py [--jobs 20000] [--rounds 3]
+
+Each round runs every configuration once, in a rotated order (interleaved, so a noisy moment
+hits each configuration alike), on the same database: the embedded PostgreSQL, or
+DATABASE_URL's server (a scratch database is created there and dropped). Workers import and
+connect before the clock starts; the time is from "go" until the last worker has drained the
+queue. Prints a Markdown table of medians and each configuration's ratio to the seed's worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "layers" / "pgdrain"))
+
+from pgdrain.db import connect  # noqa: E402
+from pgdrain.migrate import migrate  # noqa: E402
+
+SEED_DDL = """
+CREATE TABLE IF NOT EXISTS seed_jobs (
+  id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  job_type     text NOT NULL,
+  payload      jsonb NOT NULL DEFAULT '{}',
+  status       text NOT NULL DEFAULT 'pending',
+  attempts     int NOT NULL DEFAULT 0,
+  max_attempts int NOT NULL DEFAULT 3,
+  run_at       timestamptz NOT NULL DEFAULT now(),
+  created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS seed_jobs_pending_idx ON seed_jobs (run_at) WHERE status = 'pending';
+"""
+
+QUIET = {"POWERTOOLS_LOG_LEVEL": "WARNING"}  # no log line per finished job
+# (label, worker mode, processes, batch size, extra environment)
+CONFIGS = [
+    ("seed worker (1 process)", "seed", 1, 1, {}),
+    ("seed worker (4 processes)", "seed", 4, 1, {}),
+    ("drain function, 1 process, batch 10", "drain", 1, 10, {}),
+    ("drain function, 2 processes, batch 10", "drain", 2, 10, {}),
+    ("drain function, 4 processes, batch 10", "drain", 4, 10, {}),
+    ("drain function, 4 processes, batch 100", "drain", 4, 100, {}),
+    ("drain function, 4 processes, batch 100, job logs off", "drain", 4, 100, QUIET),
+    ("bare claim loop, 4 processes, batch 100", "bare", 4, 100, {}),
+]
+
+
+def fill(conn, mode: str, jobs: int) -> None:
+    table = "seed_jobs" if mode == "seed" else "jobs"
+    conn.run(f"TRUNCATE {table}")
+    conn.run(f"INSERT INTO {table} (job_type) SELECT 'noop' FROM generate_series(1, {jobs})")
+    conn.run(f"VACUUM ANALYZE {table}")
+
+
+def run_once(url: str, mode: str, processes: int, batch: int, extra: dict[str, str]) -> float:
+    env = {**os.environ, **extra, "DATABASE_URL": url, "PGDRAIN_JOBS": "bench.jobs",
+           "PGDRAIN_BATCH_SIZE": str(batch), "BATCH": str(batch),
+           "PGDRAIN_MAX_JOBS": "100000", "PGDRAIN_RETENTION_SECONDS": "86400"}
+    workers = [subprocess.Popen([sys.executable, str(ROOT / "bench" / "worker.py"), mode],
+                                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+               for _ in range(processes)]
+    for worker in workers:
+        if worker.stdout.readline().strip() != "READY":
+            raise SystemExit(f"a {mode} worker failed to start")
+    started = time.perf_counter()
+    for worker in workers:
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+    for worker in workers:
+        # The drain logs a JSON line per job; read it all so the pipe never blocks the worker.
+        for line in worker.stdout:
+            if line.strip() == "DONE":
+                break
+    elapsed = time.perf_counter() - started
+    for worker in workers:
+        worker.stdin.close()
+        worker.stdout.read()
+        if worker.wait() != 0:
+            raise SystemExit(f"a {mode} worker failed")
+        worker.stdout.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    server = None
+    server_url = os.environ.get("DATABASE_URL")
+    if not server_url:
+        from pgdrain import embedded
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = embedded.start()
+        server_url = server.url
+    name = f"pgdrain_bench_{uuid.uuid4().hex[:8]}"
+    admin = connect(server_url)
+    admin.run(f'CREATE DATABASE "{name}"')
+    url = urlsplit(server_url)._replace(path=f"/{name}").geturl()
+    conn = connect(url)
+    try:
+        migrate(conn)
+        conn.run(SEED_DDL)
+        version = conn.run("SHOW server_version")[0][0]
+        rates: dict[str, list[float]] = {label: [] for label, *_ in CONFIGS}
+        for round_no in range(args.rounds):
+            order = CONFIGS[round_no % len(CONFIGS):] + CONFIGS[:round_no % len(CONFIGS)]
+            for label, mode, processes, batch, extra in order:
+                fill(conn, mode, args.jobs)
+                seconds = run_once(url, mode, processes, batch, extra)
+                left = conn.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0] \
+                    if mode != "seed" else \
+                    conn.run("SELECT count(*) FROM seed_jobs WHERE status <> 'done'")[0][0]
+                if left:
+                    raise SystemExit(f"{label}: {left} jobs were not done")
+                rates[label].append(args.jobs / seconds)
+                print(f"round {round_no + 1}: {label}: {args.jobs / seconds:,.0f} jobs/s",
+                      file=sys.stderr, flush=True)
+        seed = statistics.median(rates[CONFIGS[0][0]])
+        print(f"\n{args.jobs:,} no-op jobs, PostgreSQL {version}, median of {args.rounds} "
+              f"interleaved rounds, {os.cpu_count()} CPUs\n")
+        print("| configuration | jobs/s (median) | runs | ratio to the seed worker (1 process) |")
+        print("|---|---:|---|---:|")
+        for label, *_ in CONFIGS:
+            median = statistics.median(rates[label])
+            runs = ", ".join(f"{r:,.0f}" for r in rates[label])
+            print(f"| {label} | {median:,.0f} | {runs} | {median / seed:.1f} |")
+    finally:
+        conn.close()
+        admin.run(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin.close()
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

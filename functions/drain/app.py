@@ -1,0 +1,159 @@
+"""The drain function: janitor, then a bounded, deadline-aware drain of due jobs, then exit.
+
+Triggered by the EventBridge schedule (every minute), by ``POST /drain`` through API Gateway,
+and by direct or asynchronous invokes (the enqueue function's doorbell). Returns the summary
+(``reclaimed``, ``claimed``, ``done``, ``retried``, ``failed``, ``released``, ...); through API
+Gateway the same object is the JSON body of a 200.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+import pgdrain
+from pgdrain.drain import Connector, drain
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "pgdrain")
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "pgdrain"),
+                  service=SERVICE)
+
+# Settings and job modules load once per container; a bad setting fails the cold start loudly.
+SETTINGS = pgdrain.Settings.from_env()
+pgdrain.load_job_modules(SETTINGS.job_modules)
+
+
+def _connect():
+    # Imported here: the credentials module pulls boto3 only for Secrets Manager or IAM auth.
+    from pgdrain.credentials import connect_from_env
+
+    return connect_from_env()
+
+
+CONNECTOR = Connector(_connect)
+
+_OUTCOME_METRICS = {"done": "JobsDone", "retried": "JobsRetried", "failed": "JobsFailed",
+                    "released": "JobsReleased", "snoozed": "JobsSnoozed",
+                    "stale": "StaleWrites"}
+
+
+class _Observer:
+    """Logs each job's outcome; keeps a uniform sample of durations and queue lags.
+
+    Per-job metric values go out as a sample of at most SAMPLE_SIZE per invocation (one EMF
+    document's worth): adding every value through Powertools cost more than the drain's SQL.
+    CloudWatch's percentiles are then estimated from the sample; the counts stay exact.
+    """
+
+    SAMPLE_SIZE = 100
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.durations: list[float] = []
+        self.lags: list[float] = []
+
+    def job_finished(self, job: pgdrain.Job, outcome: str, duration: float,
+                     error: BaseException | None) -> None:
+        fields = {"job_id": job.id, "job_type": job.job_type, "attempt": job.attempts,
+                  "outcome": outcome, "duration_ms": round(duration * 1000, 1),
+                  "queue": job.queue}
+        if outcome in ("retried", "failed", "snoozed") and error is not None:
+            fields["error"] = f"{type(error).__name__}: {error}"[:1000]
+            if outcome == "snoozed":
+                logger.info("job snoozed", extra=fields)
+            else:
+                # A traceback only where there is one (not for "no handler registered").
+                trace = error if error.__traceback__ is not None else None
+                logger.warning("job %s", outcome, extra=fields, exc_info=trace)
+        else:
+            logger.info("job %s", outcome, extra=fields)
+        if outcome in ("done", "retried", "failed"):
+            self._sample(duration * 1000, max((job.claimed_at - job.run_at).total_seconds(), 0))
+
+    def _sample(self, duration_ms: float, lag: float) -> None:
+        self.seen += 1
+        if len(self.durations) < self.SAMPLE_SIZE:
+            self.durations.append(duration_ms)
+            self.lags.append(lag)
+            return
+        slot = random.randrange(self.seen)  # reservoir sampling: every job equally likely
+        if slot < self.SAMPLE_SIZE:
+            self.durations[slot] = duration_ms
+            self.lags[slot] = lag
+
+    def add_metrics(self) -> None:
+        for value in self.durations:
+            metrics.add_metric("JobDuration", MetricUnit.Milliseconds, value)
+        for value in self.lags:
+            metrics.add_metric("QueueLag", MetricUnit.Seconds, value)
+
+
+def _event_kind(event: Any) -> str:
+    if isinstance(event, dict):
+        if "httpMethod" in event and "requestContext" in event:
+            return "api"
+        if event.get("source") == "aws.events" or "detail-type" in event:
+            return "schedule"
+    return "direct"
+
+
+def _api_response(status: int, body: dict[str, Any]) -> dict[str, Any]:
+    return {"statusCode": status, "headers": {"Content-Type": "application/json"},
+            "body": json.dumps(body)}
+
+
+def _record_metrics(summary: pgdrain.drain.DrainSummary, observer: _Observer) -> None:
+    observer.add_metrics()
+    metrics.add_metric("JobsClaimed", MetricUnit.Count, summary.claimed)
+    metrics.add_metric("LeasesReclaimed", MetricUnit.Count, summary.reclaimed)
+    for outcome, name in _OUTCOME_METRICS.items():
+        metrics.add_metric(name, MetricUnit.Count, getattr(summary, outcome))
+    backlog = pgdrain.stats(CONNECTOR.session())
+    metrics.add_metric("Backlog", MetricUnit.Count, backlog.due)
+    metrics.add_metric("OldestDueAge", MetricUnit.Seconds, backlog.oldest_due_seconds)
+
+
+def _handler(event: Any, context: Any) -> dict[str, Any]:
+    logger.set_correlation_id(getattr(context, "aws_request_id", None))
+    kind = _event_kind(event)
+    if kind == "api" and event.get("httpMethod") != "POST":
+        metrics.add_metric("DrainRequestsRefused", MetricUnit.Count, 1)
+        return _api_response(405, {"error": "use POST /drain"})
+    try:
+        if CONNECTOR.ensure_alive():
+            logger.warning("reconnected: the warm connection had died")
+        observer = _Observer()
+        summary = drain(CONNECTOR, pgdrain.REGISTRY, SETTINGS,
+                        time_left=lambda: context.get_remaining_time_in_millis() / 1000,
+                        observer=observer)
+        _record_metrics(summary, observer)
+    except Exception as exc:
+        # The connection may be mid-transaction or dead: the next invocation starts afresh.
+        CONNECTOR.discard()
+        metrics.add_metric("DrainErrors", MetricUnit.Count, 1)
+        logger.exception("drain failed", extra={"trigger": kind})
+        if kind == "api":
+            return _api_response(503, {"error": f"drain failed: {type(exc).__name__}: {exc}"})
+        raise
+    result = summary.as_dict()
+    logger.info("drain finished", extra={"trigger": kind, **result})
+    return _api_response(200, result) if kind == "api" else result
+
+
+_handler = metrics.log_metrics(logger.inject_lambda_context(_handler))
+if SETTINGS.tracing:
+    # Powertools' Tracer imports the X-Ray SDK (about a second of cold start): only on request.
+    from aws_lambda_powertools import Tracer
+
+    _handler = Tracer(service=SERVICE).capture_lambda_handler(_handler)
+
+
+def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
+    """The function's entry point (``functions/drain/app.py``, ``lambda_handler``)."""
+    return _handler(event, context)

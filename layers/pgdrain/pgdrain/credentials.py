@@ -1,0 +1,371 @@
+"""Database credentials in AWS: ``DATABASE_URL``, a Secrets Manager secret, or RDS IAM auth.
+
+The mode follows the first setting that is present:
+
+1. ``DATABASE_URL``: the URL says everything (``pgdrain.db.parse_database_url``).
+2. ``DB_SECRET_ARN``: a Secrets Manager secret in the RDS JSON format
+   (``{"username", "password", "host", "port", "dbname", "engine", ...}``), fetched with
+   Powertools Parameters and cached for ``PGDRAIN_SECRET_MAX_AGE_SECONDS`` across invocations.
+   ``DB_HOST``, ``DB_PORT`` and ``DB_NAME``, when set, take precedence over the secret's
+   values (an RDS Proxy endpoint; an RDS-managed master secret holds only username and
+   password). When the server rejects the password, ``connect_from_env`` fetches the secret
+   again and retries once, so a rotated password is picked up without waiting for the cache.
+3. ``DB_IAM_AUTH`` true: the password is a fresh RDS IAM token for ``DB_USER`` at
+   ``DB_HOST:DB_PORT`` (valid 15 minutes; only checked at login).
+
+For 2 and 3, TLS comes from ``DB_SSLMODE`` (default ``verify-full``) and ``DB_SSL_ROOT_CERT``;
+RDS certificates are not in the system store, so verification needs the RDS CA bundle.
+
+boto3 and Powertools Parameters cost hundreds of milliseconds to import; they are imported only
+by the modes that use them, so a ``DATABASE_URL`` cold start never loads them.
+
+Passwords and tokens never appear in pgdrain's messages, nor in the exceptions it chains.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import ssl
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import pg8000.exceptions
+import pg8000.native
+
+from .db import _SSLMODES, ConnectParams, connect, parse_database_url
+from .errors import ConfigError, DatabaseConnectError
+from .settings import DEFAULT_SECRET_MAX_AGE_SECONDS
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["url", "secret", "iam"]
+
+DEFAULT_DB_PORT = 5432
+DEFAULT_DB_NAME = "postgres"
+DEFAULT_DB_SSLMODE = "verify-full"
+RDS_CA_BUNDLE_URL = "https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem"
+
+# invalid_password, invalid_authorization_specification (e.g. no pg_hba.conf entry / rejected)
+AUTH_FAILURE_SQLSTATES = frozenset({"28P01", "28000"})
+
+_TRUE = frozenset({"1", "true", "yes"})
+_FALSE = frozenset({"", "0", "false", "no"})
+# <name>.<id>.<region>.rds.amazonaws.com (also RDS Proxy endpoints; .cn in China)
+_RDS_HOST = re.compile(r"\.([a-z]{2}(?:-[a-z]+)+-\d)\.rds\.amazonaws\.com(?:\.cn)?$")
+
+_rds_clients: dict[str | None, Any] = {}
+
+SETUP_HINT = (
+    "set DATABASE_URL, or DB_SECRET_ARN (a Secrets Manager secret in the RDS JSON format), "
+    "or DB_IAM_AUTH=true with DB_HOST, DB_USER and DB_NAME"
+)
+
+
+def credential_mode(env: Mapping[str, str] | None = None) -> Mode:
+    """Which way ``env`` configures the database: ``url``, ``secret`` or ``iam``.
+
+    Raises ConfigError when none is configured, or ``DB_IAM_AUTH`` is not a boolean.
+    """
+    env = os.environ if env is None else env
+    if _get(env, "DATABASE_URL"):
+        return "url"
+    if _get(env, "DB_SECRET_ARN"):
+        return "secret"
+    if _flag(env, "DB_IAM_AUTH"):
+        return "iam"
+    raise ConfigError(f"no database configured: {SETUP_HINT}")
+
+
+def connect_params_from_env(
+    env: Mapping[str, str] | None = None, *, refresh: bool = False
+) -> ConnectParams:
+    """Connection parameters from the environment (see the module docstring for the modes).
+
+    ``refresh=True`` fetches the secret again instead of using the cached copy. Raises
+    ConfigError for missing or invalid settings and DatabaseConnectError when the secret or
+    the IAM token cannot be obtained from AWS.
+    """
+    env = os.environ if env is None else env
+    mode = credential_mode(env)
+    if mode == "url":
+        return parse_database_url(_get(env, "DATABASE_URL"))
+    if mode == "secret":
+        return params_from_secret(_fetch_secret(env, refresh=refresh), env)
+    return _iam_params(env)
+
+
+def connect_from_env(env: Mapping[str, str] | None = None) -> pg8000.native.Connection:
+    """Open a pg8000 native connection (autocommit) with ``connect_params_from_env``.
+
+    With a secret, a failed login (SQLSTATE 28P01 or 28000) fetches the secret again and, if
+    it changed (a rotated password), retries once. Bad settings raise ConfigError; any failure
+    to connect raises DatabaseConnectError saying where, as whom and why, without the password
+    or token and without chaining the original exception.
+    """
+    env = os.environ if env is None else env
+    mode = credential_mode(env)
+    params = connect_params_from_env(env)
+    # An exception the caller is handling is no part of this failure's story.
+    outer = sys.exc_info()[1]
+    try:
+        return connect(params)
+    except Exception as exc:
+        failure: Exception = exc
+    retried = False
+    if mode == "secret" and _sqlstate(failure, outer) in AUTH_FAILURE_SQLSTATES:
+        fresh = connect_params_from_env(env, refresh=True)
+        if fresh != params:
+            log.warning("login as %s at %s failed (%s); the secret has changed since it was "
+                        "cached, retrying with the new one",
+                        params.user, params.where, _sqlstate(failure, outer))
+            params, retried = fresh, True
+            try:
+                return connect(params)
+            except Exception as exc:
+                failure = exc
+    raise DatabaseConnectError(_connect_message(params, failure, mode, retried, outer)) \
+        from None
+
+
+def params_from_secret(secret: Any, env: Mapping[str, str] | None = None) -> ConnectParams:
+    """ConnectParams from a secret in the RDS JSON format.
+
+    ``DB_HOST``, ``DB_PORT`` and ``DB_NAME`` in ``env`` take precedence over the secret's
+    ``host``, ``port`` and ``dbname``; ``dbname`` defaults to ``postgres``, ``port`` to 5432.
+    A ``host`` starting with ``/`` is a Unix socket directory. Messages never show the secret.
+    """
+    env = os.environ if env is None else env
+    where = "the secret in DB_SECRET_ARN"
+    if not isinstance(secret, Mapping):
+        raise ConfigError(f"{where} is not a JSON object in the RDS format "
+                          '({"username", "password", "host", "port", "dbname", ...})')
+    engine = secret.get("engine")
+    if engine is not None and "postgres" not in str(engine).lower():
+        raise ConfigError(f"{where} is for engine {engine!r}, not PostgreSQL")
+    for key in ("username", "password"):
+        if not isinstance(secret.get(key), str) or not secret[key]:
+            raise ConfigError(f"{where} has no {key!r} (a non-empty string)")
+    host = _get(env, "DB_HOST") or secret.get("host")
+    if not isinstance(host, str) or not host.strip():
+        raise ConfigError(f"{where} has no 'host'; set DB_HOST")
+    if _get(env, "DB_PORT"):
+        port = _port(_get(env, "DB_PORT"), "DB_PORT")
+    elif secret.get("port") not in (None, ""):
+        port = _port(secret["port"], f"{where}: 'port'")
+    else:
+        port = DEFAULT_DB_PORT
+    database = _get(env, "DB_NAME") or secret.get("dbname") or DEFAULT_DB_NAME
+    if not isinstance(database, str):
+        raise ConfigError(f"{where} has a 'dbname' that is not a string")
+    return _params(env, user=secret["username"], password=secret["password"],
+                   host=host.strip(), port=port, database=database, iam=False)
+
+
+def clear_cache() -> None:
+    """Forget cached secrets and AWS clients (tests; the next call fetches again)."""
+    _rds_clients.clear()
+    parameters = _loaded("aws_lambda_powertools.utilities.parameters")
+    if parameters is not None:
+        parameters.clear_caches()
+
+
+# --- secret mode -------------------------------------------------------------------------------
+
+
+def _fetch_secret(env: Mapping[str, str], *, refresh: bool) -> Any:
+    arn = _get(env, "DB_SECRET_ARN")
+    max_age = _max_age(env)
+    try:
+        from aws_lambda_powertools.utilities import parameters
+    except ImportError:
+        raise ConfigError("DB_SECRET_ARN needs aws-lambda-powertools and boto3 "
+                          "(the pgdrain layer has them)") from None
+    try:
+        return parameters.get_secret(arn, transform="json", max_age=max_age, force_fetch=refresh)
+    except parameters.TransformParameterError:
+        raise ConfigError(f"the secret {arn} is not valid JSON; pgdrain expects the RDS format "
+                          '{"username", "password", "host", "port", "dbname"}') from None
+    except parameters.GetParameterError as exc:
+        # The text comes from botocore's ClientError (code and AWS message), never the value.
+        raise DatabaseConnectError(f"could not read the secret {arn}: {exc}") from None
+
+
+def _max_age(env: Mapping[str, str]) -> int:
+    name = "PGDRAIN_SECRET_MAX_AGE_SECONDS"
+    raw = _get(env, name)
+    if not raw:
+        return DEFAULT_SECRET_MAX_AGE_SECONDS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative, got {value}")
+    return value
+
+
+# --- IAM mode ----------------------------------------------------------------------------------
+
+
+def _iam_params(env: Mapping[str, str]) -> ConnectParams:
+    missing = [name for name in ("DB_HOST", "DB_USER", "DB_NAME") if not _get(env, name)]
+    if missing:
+        raise ConfigError(f"DB_IAM_AUTH needs {', '.join(missing)} to be set")
+    host = _get(env, "DB_HOST")
+    port = _port(_get(env, "DB_PORT"), "DB_PORT") if _get(env, "DB_PORT") else DEFAULT_DB_PORT
+    user = _get(env, "DB_USER")
+    # Validate the TLS settings before asking AWS for anything.
+    _params(env, user=user, password=None, host=host, port=port,
+            database=_get(env, "DB_NAME"), iam=True)
+    # A Unix socket (local tests, a sidecar proxy) has no host name to sign the token for.
+    token = _iam_token("localhost" if host.startswith("/") else host, port, user)
+    return _params(env, user=user, password=token, host=host, port=port,
+                   database=_get(env, "DB_NAME"), iam=True)
+
+
+def _iam_token(host: str, port: int, user: str) -> str:
+    """A fresh RDS IAM auth token (a presigned URL; local signing, no network call)."""
+    try:
+        import boto3
+        from botocore.exceptions import NoRegionError
+    except ImportError:
+        raise ConfigError("DB_IAM_AUTH needs boto3 (the Lambda runtime and the pgdrain layer "
+                          "have it)") from None
+    match = _RDS_HOST.search(host.lower())
+    region = match.group(1) if match else None  # else boto3's: AWS_DEFAULT_REGION (Lambda)
+    try:
+        client = _rds_clients.get(region)
+        if client is None:
+            client = _rds_clients[region] = boto3.client("rds", region_name=region)
+        return client.generate_db_auth_token(DBHostname=host, Port=port, DBUsername=user)
+    except NoRegionError:
+        raise ConfigError("DB_IAM_AUTH: no AWS region; set AWS_DEFAULT_REGION (Lambda sets it) "
+                          "or use the RDS endpoint name as DB_HOST") from None
+    except Exception as exc:  # BotoCoreError, ClientError, or a host botocore cannot parse
+        raise DatabaseConnectError(
+            f"could not make an RDS IAM token for {user} at {host}:{port}: "
+            f"{type(exc).__name__}: {exc}") from None
+
+
+# --- shared ------------------------------------------------------------------------------------
+
+
+def _params(env: Mapping[str, str], *, user: str, password: str | None, host: str, port: int,
+            database: str, iam: bool) -> ConnectParams:
+    """ConnectParams for the secret and IAM modes, with TLS from DB_SSLMODE/DB_SSL_ROOT_CERT."""
+    unix_sock = None
+    if host.startswith("/"):  # a socket directory, as in libpq
+        unix_sock = f"{host.rstrip('/')}/.s.PGSQL.{port}"
+    sslmode = _get(env, "DB_SSLMODE") or ("disable" if unix_sock else DEFAULT_DB_SSLMODE)
+    if sslmode not in _SSLMODES:
+        raise ConfigError(f"DB_SSLMODE must be one of {', '.join(_SSLMODES)}, got {sslmode!r}")
+    if iam and sslmode == "disable" and unix_sock is None:
+        raise ConfigError("DB_SSLMODE=disable cannot be used with DB_IAM_AUTH: RDS accepts IAM "
+                          "tokens only over TLS (use verify-full with DB_SSL_ROOT_CERT)")
+    rootcert = _get(env, "DB_SSL_ROOT_CERT") or None
+    if rootcert is not None and not os.path.isfile(rootcert):
+        raise ConfigError(f"DB_SSL_ROOT_CERT: no such file: {rootcert}")
+    return ConnectParams(
+        user=user, database=database, host=None if unix_sock else host, port=port,
+        unix_sock=unix_sock, password=password, sslmode=sslmode, sslrootcert=rootcert,
+    )
+
+
+def _connect_message(params: ConnectParams, exc: Exception, mode: Mode, retried: bool,
+                     outer: BaseException | None) -> str:
+    via = {"url": "", "secret": " (password from DB_SECRET_ARN)", "iam": " (RDS IAM token)"}
+    message = (f"could not connect to {params.where} as {params.user}{via[mode]}: "
+               f"{_reason(exc, outer)}")
+    if retried:
+        message += "; it failed again with the secret fetched anew"
+    hint = _hint(exc, mode, outer)
+    if hint:
+        message += f". {hint}"
+    if params.password:  # defence in depth: no message may carry the password or token
+        message = message.replace(params.password, "***")
+    return message
+
+
+def _reason(exc: Exception, outer: BaseException | None) -> str:
+    server = _server_error(exc, outer)
+    if server is not None:
+        fields = server.args[0]
+        text = " ".join(str(fields[k]) for k in ("C", "M") if fields.get(k))
+        return f"{type(server).__name__}: {text}"
+    text = str(exc)
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and cause is not outer and str(cause) not in text:
+        text = f"{text} ({type(cause).__name__}: {cause})"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _hint(exc: Exception, mode: Mode, outer: BaseException | None) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError) or (
+            isinstance(exc, ssl.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc)):
+        where = ("add sslrootcert=/path/to/ca.pem to DATABASE_URL" if mode == "url" else
+                 "set DB_SSL_ROOT_CERT to the CA bundle file that signed the server's certificate")
+        return (f"The server's certificate could not be verified: {where} "
+                f"(for RDS, the global bundle {RDS_CA_BUNDLE_URL})")
+    if isinstance(exc, pg8000.exceptions.InterfaceError) and "refuses SSL" in str(exc):
+        setting = "sslmode in DATABASE_URL" if mode == "url" else "DB_SSLMODE"
+        return f"The server does not offer TLS; set {setting} to prefer or disable"
+    state = _sqlstate(exc, outer)
+    if mode == "iam" and state in AUTH_FAILURE_SQLSTATES:
+        return ("For IAM auth the user needs GRANT rds_iam, and the function's role needs "
+                "rds-db:connect on it")
+    return ""
+
+
+def _sqlstate(exc: BaseException, outer: BaseException | None = None) -> str | None:
+    server = _server_error(exc, outer)
+    return None if server is None else server.args[0].get("C")
+
+
+def _server_error(exc: BaseException, outer: BaseException | None = None
+                  ) -> pg8000.exceptions.DatabaseError | None:
+    """The server's error behind ``exc``, if any.
+
+    When the server refuses a login it sends the error and hangs up; pg8000 then writes a
+    Terminate message to the closed socket and may raise ``InterfaceError("network error")``
+    (a broken pipe) instead, with the server's error as its context. Look through the chain,
+    up to ``outer``, the exception the caller was handling when it called us.
+    """
+    seen: set[int] = {id(outer)} if outer is not None else set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, pg8000.exceptions.DatabaseError) and current.args and \
+                isinstance(current.args[0], dict):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _port(raw: Any, name: str) -> int:
+    try:
+        port = int(str(raw).strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a port number, got {raw!r}") from None
+    if not 0 < port < 65536:
+        raise ConfigError(f"{name} must be a port number, got {port}")
+    return port
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = _get(env, name).lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be true or false (1/true/yes, 0/false/no), got {raw!r}")
+
+
+def _get(env: Mapping[str, str], name: str) -> str:
+    return (env.get(name) or "").strip()
+
+
+def _loaded(module: str) -> Any:
+    return sys.modules.get(module)

@@ -1,0 +1,282 @@
+"""One drain pass: the janitor, then claim / run / record in batches until the queue has nothing
+due, the job limit is reached, or the deadline is near. Then return a summary.
+
+The drain is what the Lambda function runs on every invocation; it knows nothing of Lambda
+itself: the caller passes a ``time_left`` clock (the context's remaining time) and an observer
+for logs and metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import pg8000.native
+
+from . import queue
+from .db import Session
+from .errors import ConfigError, Discard, HandlerTimeout, Snooze
+from .models import Job
+from .registry import Handler, Registry
+from .settings import Settings
+from .timeouts import time_limit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DrainSummary:
+    """What one drain did. The first six counts are the contract's."""
+
+    reclaimed: int = 0
+    """Expired leases the janitor recovered (back to pending, or to failed: reclaimed_failed)."""
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    """Jobs this drain dead-lettered (out of attempts, discarded, or no handler)."""
+    released: int = 0
+    """Claimed but handed back unstarted before the deadline, attempt refunded."""
+    snoozed: int = 0
+    stale: int = 0
+    """Finishing writes that changed nothing because the claim had been lost."""
+    reclaimed_failed: int = 0
+    purged: int = 0
+    stopped: str = "empty"
+    """Why the drain stopped: empty, max_jobs or deadline."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class DrainObserver(Protocol):
+    """Receives each job's outcome, for logs and metrics."""
+
+    def job_finished(self, job: Job, outcome: str, duration: float,
+                     error: BaseException | None) -> None: ...
+
+
+class Connector:
+    """Owns the drain's connection across warm invocations; reconnects when it died."""
+
+    def __init__(self, connect: Callable[[], pg8000.native.Connection]):
+        self._connect = connect
+        self._session: Session | None = None
+
+    def session(self) -> Session:
+        """The live session, connecting first if there is none."""
+        if self._session is None:
+            self._session = Session(self._connect(), prepare=True)
+        return self._session
+
+    def ensure_alive(self) -> bool:
+        """Ping a reused connection; replace it once if it is dead. True if replaced."""
+        if self._session is None:
+            self.session()
+            return False
+        try:
+            self._session.one("connection_ping")
+            return False
+        except (pg8000.native.InterfaceError, pg8000.native.DatabaseError, OSError):
+            self.discard()
+            self.session()
+            return True
+
+    def discard(self) -> None:
+        """Drop the connection (it is broken, or mid-protocol after an interrupted handler)."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            try:
+                session.close()
+            except Exception:  # already broken: closing it cannot fail in a way that matters
+                log.debug("closing a discarded connection failed", exc_info=True)
+
+
+class _NullObserver:
+    def job_finished(self, job: Job, outcome: str, duration: float,
+                     error: BaseException | None) -> None:
+        pass
+
+
+class _StaleClaim(Exception):
+    """A transactional job's done write found its claim lost: roll its writes back."""
+
+
+def drain(
+    connector: Connector,
+    registry: Registry,
+    settings: Settings,
+    *,
+    time_left: Callable[[], float],
+    observer: DrainObserver | None = None,
+) -> DrainSummary:
+    """Run the janitor, then drain due jobs; see the module docstring.
+
+    ``time_left`` returns the seconds until the invocation's deadline. The drain never starts a
+    job whose time budget (its handler's timeout, or ``job_timeout_seconds``) does not fit in
+    the time left minus ``safety_margin_seconds``; jobs it claimed but cannot start are
+    released with their attempt refunded, and the drain stops.
+    """
+    if time_left() >= settings.lease_seconds:
+        raise ConfigError(
+            f"PGDRAIN_LEASE_SECONDS ({settings.lease_seconds}) must be longer than the "
+            f"function timeout ({time_left():.0f} s left at start): otherwise a live "
+            "invocation could lose its jobs to the janitor")
+    run = _Drain(connector, registry, settings, time_left, observer or _NullObserver())
+    return run.run()
+
+
+class _Drain:
+    def __init__(self, connector: Connector, registry: Registry, settings: Settings,
+                 time_left: Callable[[], float], observer: DrainObserver):
+        self.connector = connector
+        self.registry = registry
+        self.settings = settings
+        self.time_left = time_left
+        self.observer = observer
+        self.summary = DrainSummary()
+        self.done_buffer: list[tuple[Job, float]] = []
+        budgets = [h.timeout for h in registry if h.timeout is not None]
+        self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
+
+    @property
+    def session(self) -> Session:
+        return self.connector.session()
+
+    def run(self) -> DrainSummary:
+        janitor = queue.run_janitor(self.session, self.settings)
+        self.summary.reclaimed = janitor.reclaimed + janitor.failed
+        self.summary.reclaimed_failed = janitor.failed
+        self.summary.purged = janitor.purged
+        while True:
+            room = self.settings.max_jobs - self.summary.claimed
+            if room <= 0:
+                self.summary.stopped = "max_jobs"
+                break
+            if self.time_left() - self.settings.safety_margin_seconds < self.smallest_budget:
+                self.summary.stopped = "deadline"
+                break
+            jobs = queue.claim(self.session, batch_size=min(self.settings.batch_size, room),
+                               lease_seconds=self.settings.lease_seconds,
+                               queues=self.settings.queues or None)
+            if not jobs:
+                break
+            self.summary.claimed += len(jobs)
+            if not self._run_batch(jobs):
+                self.summary.stopped = "deadline"
+                break
+        return self.summary
+
+    def _run_batch(self, jobs: list[Job]) -> bool:
+        """Run a claimed batch; False if the deadline stopped it (the rest was released)."""
+        try:
+            for index, job in enumerate(jobs):
+                handler = self.registry.get(job.job_type)
+                if handler is None:
+                    self._fail_unknown(job)
+                    continue
+                budget = handler.timeout or self.settings.job_timeout_seconds
+                left = self.time_left() - self.settings.safety_margin_seconds
+                if left < budget:
+                    self._flush_done()
+                    self._release(jobs[index:])
+                    return False
+                self._run_job(job, handler, min(budget, left))
+        finally:
+            self._flush_done()
+        return True
+
+    def _run_job(self, job: Job, handler: Handler, timeout: float) -> None:
+        started = time.monotonic()
+        if handler.transactional:
+            self._run_transactional(job, handler, timeout, started)
+            return
+        try:
+            with time_limit(timeout):
+                handler.func(job)
+        except BaseException as exc:
+            if not isinstance(exc, Exception | HandlerTimeout):
+                raise  # KeyboardInterrupt, SystemExit: not the job's failure
+            self._record_error(job, exc, time.monotonic() - started)
+        else:
+            self.done_buffer.append((job, time.monotonic() - started))
+
+    def _run_transactional(self, job: Job, handler: Handler, timeout: float,
+                           started: float) -> None:
+        # The handler's writes and the job's done commit together, or not at all. Written by
+        # hand rather than with Session.transaction(): after a timeout the connection may be
+        # mid-message, and must be dropped (the server then rolls back) instead of reused.
+        session = self.session
+        session.rows("transaction_begin")
+        try:
+            with time_limit(timeout):
+                handler.func(job, session.conn)
+            if queue.complete(session, [job]).stale:
+                raise _StaleClaim
+        except HandlerTimeout as exc:
+            self.connector.discard()
+            self._record_error(job, exc, time.monotonic() - started)
+            return
+        except BaseException as exc:
+            try:
+                session.rows("transaction_rollback")
+            except Exception:
+                self.connector.discard()
+            if isinstance(exc, _StaleClaim):
+                self.summary.stale += 1
+                self.observer.job_finished(job, "stale", time.monotonic() - started, None)
+            elif isinstance(exc, Exception):
+                self._record_error(job, exc, time.monotonic() - started)
+            else:
+                raise
+            return
+        session.rows("transaction_commit")
+        self.summary.done += 1
+        self.observer.job_finished(job, "done", time.monotonic() - started, None)
+
+    def _record_error(self, job: Job, exc: BaseException, duration: float) -> None:
+        session = self.session
+        if isinstance(exc, Snooze):
+            written = queue.snooze(session, job, max(exc.delay_seconds, 0.0))
+            outcome = "snoozed"
+        else:
+            message = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, HandlerTimeout):
+                message = f"HandlerTimeout: {job.job_type} {exc}"
+            status, written = queue.record_failure(
+                session, job, message, self.settings.backoff,
+                retryable=not isinstance(exc, Discard))
+            outcome = "retried" if status == "pending" else "failed"
+        if not written:
+            outcome = "stale"
+        setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
+        self.observer.job_finished(job, outcome, duration, exc)
+
+    def _fail_unknown(self, job: Job) -> None:
+        error = f"no handler registered for job_type '{job.job_type}'"
+        outcome = "failed" if queue.fail(self.session, job, error) else "stale"
+        setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
+        self.observer.job_finished(job, outcome, 0.0, LookupError(error))
+
+    def _flush_done(self) -> None:
+        if not self.done_buffer:
+            return
+        buffered, self.done_buffer = self.done_buffer, []
+        written = queue.complete(self.session, [job for job, _ in buffered])
+        stale = set(written.stale)
+        for job, duration in buffered:
+            outcome = "stale" if job.id in stale else "done"
+            setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
+            self.observer.job_finished(job, outcome, duration, None)
+
+    def _release(self, jobs: list[Job]) -> None:
+        written = queue.release(self.session, jobs)
+        self.summary.released += len(written.ids)
+        self.summary.stale += len(written.stale)
+        for job in jobs:
+            self.observer.job_finished(job, "released" if job.id in written.ids else "stale",
+                                       0.0, None)
+

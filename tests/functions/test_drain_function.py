@@ -1,0 +1,236 @@
+"""The drain function, fed the files in events/ against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+import pgdrain
+from pgdrain.local import LambdaContext
+from tests.support.functions import load_event, summary_of
+
+COUNTS = ("reclaimed", "claimed", "done", "retried", "failed", "released")
+
+
+def test_scheduled_event_drains_and_returns_the_summary(load_function, conn):
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 3 + [{"job_type": "test-boom"}])
+    app = load_function("drain")
+    summary = app.lambda_handler(load_event("drain_schedule.json"), LambdaContext())
+    assert {k: summary[k] for k in COUNTS} == {
+        "reclaimed": 0, "claimed": 4, "done": 3, "retried": 1, "failed": 0, "released": 0}
+    assert all(isinstance(summary[k], int) for k in COUNTS)
+    assert pgdrain.stats(conn).counts == {"default": {"done": 3, "pending": 1}}
+
+
+def test_api_event_returns_the_summary_as_a_200_json_body(load_function, conn):
+    pgdrain.enqueue(conn, "test-noop")
+    app = load_function("drain")
+    response = app.lambda_handler(load_event("drain_api.json"), LambdaContext())
+    assert response["statusCode"] == 200
+    assert response["headers"]["Content-Type"] == "application/json"
+    body = json.loads(response["body"])
+    assert (body["claimed"], body["done"]) == (1, 1)
+
+
+def test_api_event_with_another_method_is_refused(load_function, conn):
+    pgdrain.enqueue(conn, "test-noop")
+    app = load_function("drain")
+    response = app.lambda_handler({**load_event("drain_api.json"), "httpMethod": "GET"},
+                                  LambdaContext())
+    assert response["statusCode"] == 405
+    assert pgdrain.stats(conn).counts == {"default": {"pending": 1}}
+
+
+def test_direct_invoke(load_function, conn):
+    pgdrain.enqueue(conn, "test-noop")
+    app = load_function("drain")
+    summary = app.lambda_handler(load_event("drain_direct.json"), LambdaContext())
+    assert summary["done"] == 1
+
+
+def test_deadline_releases_unstarted_jobs_and_returns_in_time(load_function, conn, sql):
+    pgdrain.enqueue_many(conn, [{"job_type": "test-sleep", "payload": {"seconds": 1}}] * 6)
+    app = load_function("drain", PGDRAIN_SAFETY_MARGIN_SECONDS="0.5", PGDRAIN_BATCH_SIZE="6")
+    sql("UPDATE jobs SET run_at = now() - interval '1 second'")
+    context = LambdaContext(timeout_seconds=7)
+    summary = app.lambda_handler({}, context)
+    assert context.get_remaining_time_in_millis() > 0  # it returned before its deadline
+    assert summary["claimed"] == 6
+    assert summary["released"] > 0
+    assert summary["done"] + summary["released"] == 6
+    assert summary["stopped"] == "deadline"
+    rows = sql("SELECT status, attempts FROM jobs")
+    assert not [r for r in rows if r["status"] == "running"]
+    assert sorted((r["status"], r["attempts"]) for r in rows) == sorted(
+        [("done", 1)] * summary["done"] + [("pending", 0)] * summary["released"])
+
+
+def test_two_seconds_left_with_one_second_jobs(load_function, conn, sql):
+    pgdrain.enqueue_many(conn, [{"job_type": "test-sleep", "payload": {"seconds": 1}}] * 5)
+    app = load_function("drain", PGDRAIN_SAFETY_MARGIN_SECONDS="0.2",
+                        PGDRAIN_JOB_TIMEOUT_SECONDS="1", PGDRAIN_BATCH_SIZE="5")
+    context = LambdaContext(timeout_seconds=2)
+    summary = app.lambda_handler({}, context)
+    assert context.get_remaining_time_in_millis() > 0
+    assert summary["released"] > 0
+    assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'running'")[0]["n"] == 0
+
+
+def test_max_jobs_bounds_one_invocation(load_function, conn):
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 7)
+    app = load_function("drain", PGDRAIN_MAX_JOBS="5", PGDRAIN_BATCH_SIZE="2")
+    summary = app.lambda_handler({}, LambdaContext())
+    assert (summary["claimed"], summary["done"], summary["stopped"]) == (5, 5, "max_jobs")
+    assert app.lambda_handler({}, LambdaContext())["done"] == 2
+
+
+def test_handler_outcomes(load_function, conn, sql, tmp_path):
+    marker = tmp_path / "marker"
+    ids = {job_type: pgdrain.enqueue(conn, job_type, payload).id for job_type, payload in [
+        ("test-boom", {}), ("test-snooze", {"seconds": 120}), ("test-discard", {}),
+        ("test-overrun", {"marker": str(marker)}), ("no-such-type", {})]}
+    app = load_function("drain")
+    summary = app.lambda_handler({}, LambdaContext())
+    assert {k: summary[k] for k in ("retried", "snoozed", "failed", "done")} == {
+        "retried": 2, "snoozed": 1, "failed": 2, "done": 0}
+    rows = {r["id"]: r for r in sql("SELECT id, status, attempts, last_error, "
+                                    "run_at > now() + interval '100 seconds' AS later "
+                                    "FROM jobs")}
+    assert rows[ids["test-boom"]]["last_error"] == "ValueError: boom on attempt 1"
+    assert rows[ids["test-boom"]]["status"] == "pending"
+    snoozed = rows[ids["test-snooze"]]
+    assert (snoozed["status"], snoozed["attempts"], snoozed["later"]) == ("pending", 0, True)
+    assert rows[ids["test-discard"]]["status"] == "failed"
+    assert rows[ids["test-discard"]]["last_error"] == "Discard: the customer no longer exists"
+    overrun = rows[ids["test-overrun"]]
+    assert overrun["status"] == "pending"
+    assert overrun["last_error"] == "HandlerTimeout: test-overrun timed out after 0.5 s"
+    assert rows[ids["no-such-type"]]["status"] == "failed"
+    assert rows[ids["no-such-type"]]["last_error"] == (
+        "no handler registered for job_type 'no-such-type'")
+    time.sleep(2)
+    assert not marker.exists()  # the overrunning handler was stopped, not left running
+
+
+def test_lease_must_outlast_the_function_timeout(load_function, conn):
+    app = load_function("drain", PGDRAIN_LEASE_SECONDS="30")
+    with pytest.raises(pgdrain.ConfigError, match="PGDRAIN_LEASE_SECONDS"):
+        app.lambda_handler({}, LambdaContext(timeout_seconds=60))
+
+
+def test_transactional_handler_commits_with_done_and_rolls_back_with_failure(
+        load_function, conn, sql):
+    sql("CREATE TABLE side_effects (job_id bigint, attempt int)")
+    ok = pgdrain.enqueue(conn, "test-record", {}).id
+    bad = pgdrain.enqueue(conn, "test-record", {"fail": True}).id
+    app = load_function("drain")
+    summary = app.lambda_handler({}, LambdaContext())
+    assert (summary["done"], summary["retried"]) == (1, 1)
+    assert sql("SELECT job_id, attempt FROM side_effects") == [{"job_id": ok, "attempt": 1}]
+    statuses = {r["id"]: r["status"] for r in sql("SELECT id, status FROM jobs")}
+    assert statuses == {ok: "done", bad: "pending"}
+
+
+def test_transactional_handler_with_a_lost_claim_writes_nothing(load_function, conn, sql):
+    sql("CREATE TABLE side_effects (job_id bigint, attempt int)")
+    # A trigger makes the job look reclaimed by someone else as the handler writes: its done
+    # write then finds a different lease token, and the handler's row must roll back with it.
+    sql("""CREATE FUNCTION steal() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN UPDATE jobs SET lease_token = gen_random_uuid() WHERE id = NEW.job_id;
+           RETURN NEW; END $$""")
+    sql("CREATE TRIGGER steal AFTER INSERT ON side_effects FOR EACH ROW EXECUTE FUNCTION steal()")
+    pgdrain.enqueue(conn, "test-record", {})
+    app = load_function("drain")
+    summary = app.lambda_handler({}, LambdaContext())
+    assert (summary["done"], summary["stale"]) == (0, 1)
+    assert sql("SELECT count(*) AS n FROM side_effects")[0]["n"] == 0
+
+
+def test_warm_invocations_reuse_the_connection_and_replace_a_dead_one(load_function, conn, sql):
+    app = load_function("drain")
+    app.lambda_handler({}, LambdaContext())
+    first = app.CONNECTOR.session().conn
+    app.lambda_handler({}, LambdaContext())
+    assert app.CONNECTOR.session().conn is first
+    [backend] = first.run("SELECT pg_backend_pid()")[0]
+    sql("SELECT pg_terminate_backend(:pid)", pid=backend)
+    pgdrain.enqueue(conn, "test-noop")
+    summary = app.lambda_handler({}, LambdaContext())
+    assert summary["done"] == 1
+    assert app.CONNECTOR.session().conn is not first
+
+
+def test_logs_and_metrics(load_function, conn, capsys, database_url):
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}, {"job_type": "test-boom"}])
+    app = load_function("drain")
+    capsys.readouterr()
+    app.lambda_handler({}, LambdaContext(request_id="req-123"))
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    jobs = [r for r in lines if r.get("job_id")]
+    assert {(r["job_type"], r["outcome"], r["attempt"]) for r in jobs} == {
+        ("test-noop", "done", 1), ("test-boom", "retried", 1)}
+    assert all(r["correlation_id"] == "req-123" and "duration_ms" in r for r in jobs)
+    [emf] = [r for r in lines if "_aws" in r]
+    names = {m["Name"] for m in emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert {"JobsClaimed", "JobsDone", "JobsRetried", "JobsFailed", "LeasesReclaimed",
+            "JobsReleased", "StaleWrites", "JobDuration", "QueueLag", "Backlog",
+            "OldestDueAge"} <= names
+    assert (emf["JobsClaimed"], emf["JobsDone"], emf["JobsRetried"]) == ([2.0], [1.0], [1.0])
+
+
+def test_no_secret_in_logs_or_metrics(load_function, conn, capsys, database_url, monkeypatch):
+    # Trust authentication ignores the password, so the drain runs with it in DATABASE_URL.
+    secret = "s3cret-Pw-in-url"
+    parts = urlsplit(database_url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    with_password = parts._replace(netloc=f"postgres:{secret}@{host}").geturl()
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}, {"job_type": "test-boom"}])
+    app = load_function("drain", DATABASE_URL=with_password)
+    app.lambda_handler(load_event("drain_schedule.json"), LambdaContext())
+    app.CONNECTOR.discard()
+    monkeypatch.setenv("DATABASE_URL", with_password.replace("/pgdrain_t_", "/missing_"))
+    broken = load_function("drain")
+    with pytest.raises(pgdrain.DatabaseConnectError):
+        broken.lambda_handler({}, LambdaContext())
+    response = broken.lambda_handler(load_event("drain_api.json"), LambdaContext())
+    assert response["statusCode"] == 503
+    captured = capsys.readouterr()
+    assert secret not in captured.out + captured.err + response["body"]
+
+
+def test_killed_mid_job_is_reclaimed_and_finished_by_a_later_drain(drain_process, conn, sql):
+    job_id = pgdrain.enqueue(conn, "test-sleep", {"seconds": 30, "on_attempts": [1]}).id
+    process = drain_process(10, PGDRAIN_LEASE_SECONDS="60", PGDRAIN_BACKOFF_BASE_SECONDS="0",
+                            PGDRAIN_JOB_TIMEOUT_SECONDS="5")
+    for _ in range(200):
+        if sql("SELECT status FROM jobs WHERE id = :id", id=job_id)[0]["status"] == "running":
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert sql("SELECT status FROM jobs WHERE id = :id", id=job_id)[0]["status"] == "running"
+
+    sql("UPDATE jobs SET lease_expires_at = now() - interval '1 second'")  # the lease runs out
+    summary = summary_of(drain_process(10, PGDRAIN_LEASE_SECONDS="60",
+                                       PGDRAIN_BACKOFF_BASE_SECONDS="0"))
+    assert (summary["reclaimed"], summary["done"]) == (1, 1)
+    [row] = sql("SELECT status, attempts, last_error FROM jobs")
+    assert (row["status"], row["attempts"]) == ("done", 2)
+    assert row["last_error"].startswith("lease expired")
+
+
+def test_a_job_that_kills_every_drain_ends_failed(drain_process, conn, sql):
+    pgdrain.enqueue(conn, "test-kill")  # max_attempts=2 from its handler's declaration
+    for _ in range(3):
+        process = drain_process(10, PGDRAIN_LEASE_SECONDS="60",
+                                PGDRAIN_BACKOFF_BASE_SECONDS="0")
+        process.wait(timeout=60)
+        sql("UPDATE jobs SET lease_expires_at = now() - interval '1 second' "
+            "WHERE status = 'running'")
+    [row] = sql("SELECT status, attempts, errors FROM jobs")
+    assert (row["status"], row["attempts"]) == ("failed", 2)
+    assert [e["error"][:13] for e in row["errors"]] == ["lease expired"] * 2

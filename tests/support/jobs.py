@@ -1,0 +1,61 @@
+"""Job types the function tests drain (PGDRAIN_JOBS=tests.support.jobs)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pgdrain
+
+
+@pgdrain.job("test-noop", timeout=5)
+def noop(job: pgdrain.Job) -> None:
+    pass
+
+
+@pgdrain.job("test-sleep", timeout=5)
+def sleep(job: pgdrain.Job) -> None:
+    """Sleeps payload["seconds"] (only on the attempts listed in payload["on_attempts"])."""
+    attempts = job.payload.get("on_attempts")
+    if attempts is None or job.attempts in attempts:
+        time.sleep(job.payload["seconds"])
+
+
+@pgdrain.job("test-boom", timeout=5)
+def boom(job: pgdrain.Job) -> None:
+    raise ValueError(f"boom on attempt {job.attempts}")
+
+
+@pgdrain.job("test-snooze", timeout=5)
+def snooze(job: pgdrain.Job) -> None:
+    raise pgdrain.Snooze(job.payload.get("seconds", 60), "not yet")
+
+
+@pgdrain.job("test-discard", timeout=5)
+def discard(job: pgdrain.Job) -> None:
+    raise pgdrain.Discard("the customer no longer exists")
+
+
+@pgdrain.job("test-overrun", timeout=0.5)
+def overrun(job: pgdrain.Job) -> None:
+    """Overruns its 0.5 s budget; the marker file proves whether it was really stopped."""
+    time.sleep(2)
+    Path(job.payload["marker"]).write_text("the handler ran to its end")
+
+
+@pgdrain.job("test-kill", timeout=5, max_attempts=2)
+def kill(job: pgdrain.Job) -> None:
+    """Kills its own process (a crash, an OOM kill) on the attempts in payload["on_attempts"]."""
+    if job.attempts in job.payload.get("on_attempts", [job.attempts]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pgdrain.job("test-record", timeout=5, transactional=True)
+def record(job: pgdrain.Job, conn) -> None:
+    """Writes a row in the job's own transaction, then fails if the payload says so."""
+    conn.run("INSERT INTO side_effects (job_id, attempt) VALUES (:id, :attempt)",
+             id=job.id, attempt=job.attempts)
+    if job.payload.get("fail"):
+        raise RuntimeError("failed after writing")
