@@ -1,7 +1,9 @@
-"""The seed article's scenario, run through the drain function's ``lambda_handler``.
+"""The seed article's scenario, run through the functions' ``lambda_handler``s.
 
 Creates the schema on a fresh database (the embedded PostgreSQL, or a scratch database on the
-server in DATABASE_URL), enqueues the article's four jobs, then runs two drain "containers" at
+server in DATABASE_URL), enqueues the article's four jobs through the enqueue function
+(``POST /jobs``, the API Gateway event of events/enqueue_single.json with each job as its
+body), then runs two drain "containers" at
 once: each is its own process that invokes ``lambda_handler`` with a Lambda-like context (a
 real 30-second deadline), again every 200 ms as the schedule and the doorbell would, until it
 has found nothing to do twenty times in a row. Their structured logs become the article's
@@ -12,6 +14,8 @@ lines, and the final table is printed as the article prints it.
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -19,12 +23,12 @@ import sys
 import threading
 import uuid
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import pgdrain
 from pgdrain.db import connect
+from pgdrain.local import LambdaContext
 from pgdrain.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +51,27 @@ while idle < 20:
     if summary["claimed"] == 0:
         time.sleep(0.2)
 """
+
+
+def enqueue_through_the_api(url: str) -> list[int]:
+    """POST each seed job to the enqueue function's handler, as API Gateway would."""
+    os.environ.update(DATABASE_URL=url, PGDRAIN_JOBS="pgdrain_jobs.seed",
+                      POWERTOOLS_LOG_LEVEL="WARNING", POWERTOOLS_METRICS_DISABLED="true")
+    path = ROOT / "functions" / "enqueue" / "app.py"
+    spec = importlib.util.spec_from_file_location("enqueue_app", path)
+    enqueue_app = importlib.util.module_from_spec(spec)
+    template = json.loads((ROOT / "events" / "enqueue_single.json").read_text())
+    ids = []
+    with redirect_stdout(io.StringIO()):  # the function's own logs; the demo prints its lines
+        spec.loader.exec_module(enqueue_app)
+        for job_type, payload in SEED_JOBS:
+            event = {**template, "body": json.dumps({"job_type": job_type, "payload": payload})}
+            response = enqueue_app.lambda_handler(event, LambdaContext("pgdrain-enqueue"))
+            if response["statusCode"] != 201:
+                sys.exit(f"POST /jobs answered {response['statusCode']}: {response['body']}")
+            ids += json.loads(response["body"])["ids"]
+    enqueue_app.CONNECTOR.discard()
+    return ids
 
 
 def seed_line(worker: str, record: dict) -> str | None:
@@ -116,12 +141,10 @@ def main() -> None:
         conn = connect(url)
         migrate(conn)
         print("Database ready.")
-        for job_type, payload in SEED_JOBS:
-            pgdrain.enqueue(conn, job_type, payload)
-        print(f"Enqueued {len(SEED_JOBS)} jobs.\n")
-
         env = {**os.environ, "DATABASE_URL": url, "PGDRAIN_JOBS": "pgdrain_jobs.seed",
                "PGDRAIN_BATCH_SIZE": "1", "POWERTOOLS_METRICS_NAMESPACE": "pgdrain-demo"}
+        ids = enqueue_through_the_api(url)
+        print(f"Enqueued {len(ids)} jobs with POST /jobs: ids {ids}.\n")
         lock = threading.Lock()
         containers = []
         for n in (1, 2):

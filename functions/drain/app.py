@@ -17,7 +17,8 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import pgdrain
-from pgdrain.drain import Connector, drain
+from pgdrain.db import Connector
+from pgdrain.drain import drain
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "pgdrain")
 logger = Logger(service=SERVICE)

@@ -234,3 +234,24 @@ def test_a_job_that_kills_every_drain_ends_failed(drain_process, conn, sql):
     [row] = sql("SELECT status, attempts, errors FROM jobs")
     assert (row["status"], row["attempts"]) == ("failed", 2)
     assert [e["error"][:13] for e in row["errors"]] == ["lease expired"] * 2
+
+
+def test_handler_receives_the_parsed_payload_model(load_function, conn, sql):
+    ok = pgdrain.enqueue(conn, "test-typed", {"to": "sarah"}).id
+    # Plain SQL can insert a payload the model rejects: it is discarded with the reason.
+    [bad] = sql("""INSERT INTO jobs (job_type, payload) VALUES ('test-typed', '{"to": 7}')
+                   RETURNING id""")
+    app = load_function("drain")
+    summary = app.lambda_handler({}, LambdaContext())
+    assert (summary["done"], summary["failed"]) == (1, 1)
+    rows = {r["id"]: r for r in sql("SELECT id, status, last_error FROM jobs")}
+    assert rows[ok]["status"] == "done"
+    assert (rows[bad["id"]]["status"], rows[bad["id"]]["last_error"]) == (
+        "failed", "Discard: invalid payload: payload.to: must be a string")
+
+
+def test_library_enqueue_checks_the_payload_model(load_function, conn, sql):
+    load_function("drain")  # registers the test job types, as importing a job module would
+    with pytest.raises(pgdrain.InvalidJobError, match=r"payload\.to: must be a string"):
+        pgdrain.enqueue(conn, "test-typed", {"to": 7})
+    assert sql("SELECT count(*) AS n FROM jobs")[0]["n"] == 0

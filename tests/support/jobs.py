@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pgdrain
@@ -59,3 +60,19 @@ def record(job: pgdrain.Job, conn) -> None:
              id=job.id, attempt=job.attempts)
     if job.payload.get("fail"):
         raise RuntimeError("failed after writing")
+
+
+@dataclass(frozen=True)
+class Greeting:
+    """Who to greet, and how often."""
+
+    to: str
+    times: int = 1
+    tags: list[str] = field(default_factory=list)
+
+
+@pgdrain.job("test-typed", timeout=5, payload=Greeting)
+def typed(job: pgdrain.Job) -> None:
+    """Fails unless the handler received the parsed model (not the raw dict)."""
+    if not isinstance(job.payload, Greeting):
+        raise TypeError(f"expected a Greeting, got {type(job.payload).__name__}")

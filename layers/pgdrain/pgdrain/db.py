@@ -9,8 +9,9 @@ application's own transaction.
 from __future__ import annotations
 
 import json
+import logging
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +23,8 @@ from pg8000.converters import TIMESTAMPTZ, timestamptz_in
 
 from .errors import ConfigError
 from .sql import QUERIES, to_format
+
+log = logging.getLogger(__name__)
 
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
@@ -245,3 +248,39 @@ class Session:
 def as_session(conn: Any) -> Session:
     """A Session for a connection, or the Session itself."""
     return conn if isinstance(conn, Session) else Session(conn)
+
+
+class Connector:
+    """Owns a function's connection across warm invocations; reconnects when it died."""
+
+    def __init__(self, connect: Callable[[], pg8000.native.Connection]):
+        self._connect = connect
+        self._session: Session | None = None
+
+    def session(self) -> Session:
+        """The live session, connecting first if there is none."""
+        if self._session is None:
+            self._session = Session(self._connect(), prepare=True)
+        return self._session
+
+    def ensure_alive(self) -> bool:
+        """Ping a reused connection; replace it once if it is dead. True if replaced."""
+        if self._session is None:
+            self.session()
+            return False
+        try:
+            self._session.one("connection_ping")
+            return False
+        except (pg8000.native.InterfaceError, pg8000.native.DatabaseError, OSError):
+            self.discard()
+            self.session()
+            return True
+
+    def discard(self) -> None:
+        """Drop the connection (it is broken, or mid-protocol after an interrupted handler)."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            try:
+                session.close()
+            except Exception:  # already broken: closing it cannot fail in a way that matters
+                log.debug("closing a discarded connection failed", exc_info=True)

@@ -8,23 +8,19 @@ for logs and metrics.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from contextlib import suppress
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
-import pg8000.native
-
 from . import queue
-from .db import Session
+from .db import Connector, Session
 from .errors import ConfigError, Discard, HandlerTimeout, Snooze
 from .models import Job
 from .registry import Handler, Registry
 from .settings import Settings
 from .timeouts import time_limit
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,42 +53,6 @@ class DrainObserver(Protocol):
 
     def job_finished(self, job: Job, outcome: str, duration: float,
                      error: BaseException | None) -> None: ...
-
-
-class Connector:
-    """Owns the drain's connection across warm invocations; reconnects when it died."""
-
-    def __init__(self, connect: Callable[[], pg8000.native.Connection]):
-        self._connect = connect
-        self._session: Session | None = None
-
-    def session(self) -> Session:
-        """The live session, connecting first if there is none."""
-        if self._session is None:
-            self._session = Session(self._connect(), prepare=True)
-        return self._session
-
-    def ensure_alive(self) -> bool:
-        """Ping a reused connection; replace it once if it is dead. True if replaced."""
-        if self._session is None:
-            self.session()
-            return False
-        try:
-            self._session.one("connection_ping")
-            return False
-        except (pg8000.native.InterfaceError, pg8000.native.DatabaseError, OSError):
-            self.discard()
-            self.session()
-            return True
-
-    def discard(self) -> None:
-        """Drop the connection (it is broken, or mid-protocol after an interrupted handler)."""
-        if self._session is not None:
-            session, self._session = self._session, None
-            try:
-                session.close()
-            except Exception:  # already broken: closing it cannot fail in a way that matters
-                log.debug("closing a discarded connection failed", exc_info=True)
 
 
 class _NullObserver:
@@ -185,12 +145,23 @@ class _Drain:
                     self._release(jobs[index:])
                     return False
                 self._run_job(job, handler, min(budget, left))
-        finally:
-            self._flush_done()
+        except BaseException:
+            # Record what finished if the connection still allows it; the error that stopped
+            # the batch is the one to report (unrecorded jobs come back when leases expire).
+            with suppress(Exception):
+                self._flush_done()
+            raise
+        self._flush_done()
         return True
 
     def _run_job(self, job: Job, handler: Handler, timeout: float) -> None:
         started = time.monotonic()
+        if handler.payload_model is not None:
+            try:
+                job = _with_parsed_payload(job, handler)
+            except Discard as exc:
+                self._record_error(job, exc, 0.0)
+                return
         if handler.transactional:
             self._run_transactional(job, handler, timeout, started)
             return
@@ -280,3 +251,16 @@ class _Drain:
             self.observer.job_finished(job, "released" if job.id in written.ids else "stale",
                                        0.0, None)
 
+
+def _with_parsed_payload(job: Job, handler: Handler) -> Job:
+    """The job with its payload parsed into the handler's model.
+
+    The enqueue paths validate payloads, but plain SQL can insert anything: a payload that no
+    longer fits the model cannot succeed on a retry, so it is discarded with the reason.
+    """
+    from .payload import PayloadError, parse
+
+    try:
+        return replace(job, payload=parse(handler.payload_model, job.payload))
+    except PayloadError as exc:
+        raise Discard(f"invalid payload: {exc}") from None

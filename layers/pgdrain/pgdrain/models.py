@@ -47,10 +47,14 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
-    """The id of an enqueued job; ``created`` is False when a live duplicate's id came back."""
+    """The id of an enqueued job; ``created`` is False when a live duplicate's id came back.
+
+    ``due`` is True when a job created now is already due (by the database's clock).
+    """
 
     id: int
     created: bool
+    due: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,7 +158,7 @@ def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[
     results: list[EnqueueResult | None] = []
     for job in batch:
         if pending_row is not None and pending_row["dedupe_key"] == job.dedupe_key:
-            results.append(EnqueueResult(pending_row["id"], True))
+            results.append(EnqueueResult(pending_row["id"], True, pending_row["due"]))
             pending_row = next(fresh, None)
         else:
             results.append(None)  # a live duplicate: look its id up below
@@ -181,11 +181,20 @@ def _validated(job: Mapping[str, Any] | NewJob, index: int) -> NewJob:
         raise InvalidJobError(f"unknown field(s): {', '.join(unknown)}", index=index)
     if "job_type" not in job:
         raise InvalidJobError("is required", field="job_type", index=index)
+    # A handler registered in this process may declare its type's max_attempts and payload
+    # model: enqueueing from application code applies them as the enqueue function does.
+    handler = REGISTRY.get(job["job_type"]) if isinstance(job["job_type"], str) else None
     if job.get("max_attempts") is None:
-        # A handler may declare its type's default; one registered in this process applies.
-        handler = REGISTRY.get(job["job_type"]) if isinstance(job["job_type"], str) else None
         default = handler.max_attempts if handler and handler.max_attempts else None
         job = {**job, "max_attempts": default or DEFAULT_MAX_ATTEMPTS}
+    if handler is not None and handler.payload_model is not None:
+        from .payload import dump, parse
+
+        payload = job.get("payload")
+        if not isinstance(payload, handler.payload_model):
+            payload = parse(handler.payload_model, {} if payload is None else payload,
+                            index=index)
+        job = {**job, "payload": dump(payload)}
     return new_job(**job, index=index)
 
 

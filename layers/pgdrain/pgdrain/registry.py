@@ -85,6 +85,9 @@ def job(
     ``done`` (or roll back with its failure). Returning means done. Raising ``pgdrain.Snooze``
     runs it again later, ``pgdrain.Discard`` fails it at once, anything else retries with
     backoff until ``max_attempts``.
+
+    ``payload`` names a dataclass the payload must match (``pgdrain.payload``): enqueueing
+    checks it, and the handler receives the parsed instance as ``job.payload``.
     """
     if not isinstance(job_type, str) or not job_type.strip():
         raise ConfigError("job_type must be a non-empty string")
@@ -94,6 +97,11 @@ def job(
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
                                 or not math.isfinite(timeout) or timeout <= 0):
         raise ConfigError(f"{job_type}: timeout must be a positive number of seconds")
+
+    if payload is not None:
+        from .payload import check_model  # only job types that declare a model pay for it
+
+        check_model(payload)
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         (registry or REGISTRY).register(Handler(job_type, func, max_attempts, timeout,

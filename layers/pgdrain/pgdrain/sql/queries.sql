@@ -105,7 +105,7 @@ FROM unnest(:job_types::text[], :payloads::jsonb[], :queues::text[], :priorities
 ORDER BY i.ord
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running')
 DO NOTHING
-RETURNING id, dedupe_key
+RETURNING id, dedupe_key, run_at <= now() AS due
 
 -- name: job_fail
 -- Dead-letter a claimed job: status failed, with the error kept. Guarded by its claim.

@@ -1,0 +1,169 @@
+"""The enqueue function: the HTTP API in front of the queue (API Gateway REST, proxy events).
+
+- ``POST /jobs``: one job, or ``{"jobs": [...]}`` inserted in one statement; 201 ``{"ids"}``,
+  or 200 with the existing ids when a ``dedupe_key`` / ``Idempotency-Key`` matched live jobs;
+- ``GET /jobs/{id}``: the job's state, or 404;
+- ``POST /jobs/{id}/retry``: requeue a failed job.
+
+Bad input answers 4xx with ``{"error", "details"}`` and inserts nothing. After a commit that
+created a due job, the doorbell invokes the drain asynchronously (``DRAIN_FUNCTION_NAME``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime
+from typing import Any
+
+import pg8000.native
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.metrics import MetricUnit
+
+import pgdrain
+from pgdrain.api import ApiError, Limits, parse_enqueue
+from pgdrain.db import Connector
+from pgdrain.doorbell import DEFAULT_WINDOW_SECONDS, Doorbell
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "pgdrain")
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "pgdrain"),
+                  service=SERVICE)
+app = APIGatewayRestResolver()
+
+# Loaded once per container: the job types and payload models (not the handlers' own
+# dependencies, which job modules import inside their handlers).
+SETTINGS = pgdrain.Settings.from_env()
+pgdrain.load_job_modules(SETTINGS.job_modules)
+LIMITS = Limits.from_env()
+DOORBELL = Doorbell(os.environ.get("DRAIN_FUNCTION_NAME") or None,
+                    window_seconds=float(os.environ.get("PGDRAIN_DOORBELL_WINDOW_SECONDS")
+                                         or DEFAULT_WINDOW_SECONDS))
+
+
+def _connect() -> pg8000.native.Connection:
+    from pgdrain.credentials import connect_from_env
+
+    return connect_from_env()
+
+
+CONNECTOR = Connector(_connect)
+_JOB_PATH = re.compile(r"^/jobs/([^/]+)(/retry)?/?$")
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
+                    body=body, headers=headers)
+
+
+def _job_id(raw: str) -> int:
+    if not raw.isdigit() or not 0 < int(raw) < 2**63:
+        raise ApiError(400, "the job id must be a positive integer", {"id": raw[:64]})
+    return int(raw)
+
+
+def _session() -> Any:
+    CONNECTOR.ensure_alive()
+    return CONNECTOR.session()
+
+
+@app.post("/jobs")
+def enqueue() -> Response:
+    event = app.current_event
+    request = parse_enqueue(
+        event.body, base64_encoded=bool(event.is_base64_encoded),
+        content_type=event.headers.get("content-type"),
+        idempotency_key=event.headers.get("idempotency-key"),
+        registry=pgdrain.REGISTRY, limits=LIMITS)
+    results = pgdrain.enqueue_many(_session(), request.jobs)
+    created = sum(r.created for r in results)
+    metrics.add_metric("JobsEnqueued", MetricUnit.Count, created)
+    metrics.add_metric("DuplicateJobs", MetricUnit.Count, len(results) - created)
+    logger.info("enqueued", extra={"ids": [r.id for r in results], "jobs_created": created,
+                                   "job_types": sorted({j.job_type for j in request.jobs})})
+    if any(r.created and r.due for r in results):
+        _ring()
+    body: dict[str, Any] = {"ids": [r.id for r in results]}
+    if created < len(results):
+        body["created"] = [r.created for r in results]
+    return _json(201 if created else 200, body)
+
+
+@app.get("/jobs/<job_id>")
+def get_job(job_id: str) -> Response:
+    job = pgdrain.get_job(_session(), _job_id(job_id))
+    if job is None:
+        raise ApiError(404, f"no job with id {job_id}", {"id": int(job_id)})
+    metrics.add_metric("JobLookups", MetricUnit.Count, 1)
+    return _json(200, _job_view(job))
+
+
+@app.post("/jobs/<job_id>/retry")
+def retry_job(job_id: str) -> Response:
+    ident = _job_id(job_id)
+    session = _session()
+    if pgdrain.requeue_failed(session, ids=[ident]):
+        metrics.add_metric("JobsRequeued", MetricUnit.Count, 1)
+        _ring()
+        return _json(200, _job_view(pgdrain.get_job(session, ident)))
+    job = pgdrain.get_job(session, ident)
+    if job is None:
+        raise ApiError(404, f"no job with id {ident}", {"id": ident})
+    raise ApiError(409, f"job {ident} is {job['status']}; only failed jobs can be retried",
+                   {"id": ident, "status": job["status"]})
+
+
+def _ring() -> None:
+    """Wake the drain for jobs that are due now; never fails the request."""
+    outcome = DOORBELL.ring()  # rung, skipped, off or failed
+    if outcome != "off":
+        metrics.add_metric(f"Doorbell{outcome.capitalize()}", MetricUnit.Count, 1)
+
+
+def _job_view(job: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in job.items()
+            if k != "lease_token"}
+
+
+@app.exception_handler(ApiError)
+def _refused(error: ApiError) -> Response:
+    metrics.add_metric("RequestsRefused", MetricUnit.Count, 1)
+    logger.info("request refused", extra={"status": error.status, "error": error.message})
+    return _json(error.status, error.body())
+
+
+@app.exception_handler(NotFoundError)
+def _no_route(error: NotFoundError) -> Response:
+    path = app.current_event.path or ""
+    match = _JOB_PATH.match(path)
+    allowed = ("POST" if path.rstrip("/") == "/jobs" else
+               "GET" if match and not match.group(2) else "POST" if match else None)
+    metrics.add_metric("RequestsRefused", MetricUnit.Count, 1)
+    if allowed:
+        return _json(405, {"error": f"{app.current_event.http_method} is not allowed on {path}",
+                           "details": {"allow": allowed}}, {"Allow": allowed})
+    return _json(404, {"error": f"no route {path}", "details": {
+        "routes": ["POST /jobs", "GET /jobs/{id}", "POST /jobs/{id}/retry"]}})
+
+
+@app.exception_handler([pg8000.native.InterfaceError, pg8000.native.DatabaseError,
+                        pgdrain.DatabaseConnectError])
+def _database_down(error: Exception) -> Response:
+    # The request may or may not have committed if the connection broke mid-way; a client
+    # retrying with the same Idempotency-Key gets the existing job instead of a duplicate.
+    CONNECTOR.discard()
+    metrics.add_metric("DatabaseErrors", MetricUnit.Count, 1)
+    logger.exception("database error")
+    return _json(503, {"error": "the database is unavailable; retry with the same "
+                                "Idempotency-Key", "details": {"reason": type(error).__name__}})
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The function's entry point (``functions/enqueue/app.py``, ``lambda_handler``)."""
+    logger.set_correlation_id(getattr(context, "aws_request_id", None))
+    metrics.add_metric("Requests", MetricUnit.Count, 1)
+    return app.resolve(event, context)

@@ -1,0 +1,227 @@
+"""The enqueue API's request rules: parse a ``POST /jobs`` body into validated jobs, or say
+exactly what is wrong with it (``ApiError``: an HTTP status, a message and details).
+
+Pure: no database, no AWS. The enqueue function calls ``parse_enqueue`` and inserts what it
+returns in one statement, so a request with any invalid job inserts nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .errors import ConfigError, InvalidJobError, PgdrainError
+from .queue import DEFAULT_MAX_ATTEMPTS, MAX_DEDUPE_KEY, NewJob, new_job
+from .registry import Registry
+
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+DEFAULT_MAX_BATCH = 500
+JOB_FIELDS = ("job_type", "payload", "run_at", "delay_seconds", "priority", "queue",
+              "max_attempts", "dedupe_key")
+
+
+class ApiError(PgdrainError):
+    """A request the API refuses: ``status`` (4xx), a message, and details for the client."""
+
+    def __init__(self, status: int, message: str, details: Mapping[str, Any] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.details = dict(details or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.message, "details": self.details}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Size limits: a job's payload in bytes (as JSON) and the jobs in one batch."""
+
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    max_batch: int = DEFAULT_MAX_BATCH
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
+        env = os.environ if env is None else env
+        values = {}
+        for name, field, default in (
+                ("PGDRAIN_MAX_PAYLOAD_BYTES", "max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES),
+                ("PGDRAIN_MAX_BATCH", "max_batch", DEFAULT_MAX_BATCH)):
+            raw = env.get(name, "").strip()
+            try:
+                values[field] = int(raw) if raw else default
+            except ValueError:
+                raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+            if values[field] < 1:
+                raise ConfigError(f"{name} must be at least 1, got {values[field]}")
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """A valid ``POST /jobs``: the jobs to insert, and whether it was a batch."""
+
+    jobs: list[NewJob]
+    batch: bool
+
+
+def parse_enqueue(
+    body: str | None,
+    *,
+    base64_encoded: bool = False,
+    content_type: str | None,
+    idempotency_key: str | None,
+    registry: Registry,
+    limits: Limits,
+) -> EnqueueRequest:
+    """Validate a ``POST /jobs`` request; raise ApiError (400, 413, 415 or 422) if invalid.
+
+    One job: ``{"job_type": ..., "payload": {...}, ...}``; a batch: ``{"jobs": [...]}``. An
+    ``Idempotency-Key`` header is the single job's ``dedupe_key``; in a batch, item ``i``
+    without a key of its own gets ``<key>:<i>``, so a repeated batch request is idempotent too.
+    """
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise ApiError(415, "Content-Type must be application/json",
+                       {"content_type": content_type})
+    document = _decode(body, base64_encoded)
+    if not isinstance(document, dict):
+        raise ApiError(422, "the body must be a JSON object: one job, or {\"jobs\": [...]}")
+    key = _idempotency_key(idempotency_key)
+    if "jobs" in document:
+        extra = sorted(set(document) - {"jobs"})
+        if extra:
+            raise ApiError(422, f"a batch holds only \"jobs\"; unexpected: {', '.join(extra)}",
+                           {"field": extra[0]})
+        items = document["jobs"]
+        if not isinstance(items, list) or not items:
+            raise ApiError(422, "jobs must be a non-empty array of jobs", {"field": "jobs"})
+        if len(items) > limits.max_batch:
+            raise ApiError(413, f"a batch holds at most {limits.max_batch} jobs, "
+                                f"got {len(items)}", {"max_batch": limits.max_batch})
+        jobs = [_job(item, i, f"{key}:{i}" if key else None, registry, limits)
+                for i, item in enumerate(items)]
+        return EnqueueRequest(jobs, batch=True)
+    return EnqueueRequest([_job(document, None, key, registry, limits)], batch=False)
+
+
+def _decode(body: str | None, base64_encoded: bool) -> Any:
+    if body is None or body == "":
+        raise ApiError(400, "the body is empty; send a JSON job")
+    raw: bytes | str = body
+    if base64_encoded:
+        try:
+            raw = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(400, "the body is marked base64 but is not valid base64") from None
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ApiError(400, f"the body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc.msg} at line {exc.lineno} "
+                            f"column {exc.colno}") from None
+    except RecursionError:
+        raise ApiError(400, "the body is nested too deeply") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise json.JSONDecodeError(f"{name} is not valid JSON", name, 0)
+
+
+def _idempotency_key(header: str | None) -> str | None:
+    if header is None:
+        return None
+    # Room for the ":<index>" a batch appends.
+    if not header.strip() or len(header) > MAX_DEDUPE_KEY - 8 or "\x00" in header:
+        raise ApiError(422, f"the Idempotency-Key header must be 1 to {MAX_DEDUPE_KEY - 8} "
+                            "characters without NUL", {"field": "Idempotency-Key"})
+    return header
+
+
+def _job(item: Any, index: int | None, key: str | None, registry: Registry,
+         limits: Limits) -> NewJob:
+    where = f"jobs[{index}]" if index is not None else ""
+
+    def invalid(field: str, message: str) -> ApiError:
+        path = f"{where}.{field}" if where else field
+        details: dict[str, Any] = {"field": path}
+        if index is not None:
+            details["index"] = index
+        return ApiError(422, f"{path}: {message}", details)
+
+    if not isinstance(item, dict):
+        raise ApiError(422, f"{where or 'the body'} must be a JSON object",
+                       {"field": where or None, **({"index": index} if where else {})})
+    unknown = sorted(set(item) - set(JOB_FIELDS))
+    if unknown:
+        raise invalid(unknown[0], f"unknown field; a job has {', '.join(JOB_FIELDS)}")
+    job_type = item.get("job_type")
+    if not isinstance(job_type, str) or not job_type:
+        raise invalid("job_type", "is required and must be a non-empty string")
+    handler = registry.get(job_type)
+    if handler is None:
+        known = registry.job_types()
+        error = invalid("job_type", f"unknown job type {job_type!r}; known types: "
+                                    f"{', '.join(known) or '(none registered)'}")
+        error.details["known_job_types"] = known
+        raise error
+    payload = item.get("payload", {})
+    if not isinstance(payload, dict):
+        raise invalid("payload", "must be a JSON object")
+    size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > limits.max_payload_bytes:
+        error = invalid("payload", f"is {size} bytes; the limit is {limits.max_payload_bytes}")
+        error.status = 413
+        error.details["max_payload_bytes"] = limits.max_payload_bytes
+        raise error
+    if handler.payload_model is not None:
+        from .payload import dump, parse  # only job types that declare a model pay for it
+
+        try:
+            payload = dump(parse(handler.payload_model, payload, field="payload",
+                                 index=index))
+        except InvalidJobError as exc:
+            raise invalid(exc.field or "payload", str(exc).split(": ", 1)[-1]) from None
+    dedupe_key = item.get("dedupe_key")
+    if dedupe_key is not None and key is not None and index is None and dedupe_key != key:
+        raise invalid("dedupe_key", "differs from the Idempotency-Key header; send one")
+    options = {
+        "queue": item.get("queue", "default"),
+        "priority": item.get("priority", 0),
+        "max_attempts": item.get("max_attempts",
+                                 handler.max_attempts or DEFAULT_MAX_ATTEMPTS),
+        "run_at": _timestamp(item.get("run_at"), invalid),
+        "delay_seconds": item.get("delay_seconds"),
+        "dedupe_key": dedupe_key if dedupe_key is not None else key,
+    }
+    if isinstance(options["delay_seconds"], float) and not math.isfinite(options["delay_seconds"]):
+        raise invalid("delay_seconds", "must be a finite number")
+    try:
+        return new_job(job_type, payload, **options)
+    except InvalidJobError as exc:
+        raise invalid(exc.field or "job", str(exc).split(": ", 1)[-1]) from None
+
+
+def _timestamp(value: Any, invalid: Any) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid("run_at", "must be an ISO 8601 string, e.g. 2030-01-31T09:00:00Z")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise invalid("run_at", f"is not an ISO 8601 timestamp: {value[:64]!r}") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise invalid("run_at", "must include a timezone, e.g. 2030-01-31T09:00:00Z")
+    return parsed

@@ -1,0 +1,63 @@
+"""The doorbell: after an enqueue commits, invoke the drain function asynchronously so a new job
+starts within about a second instead of at the next scheduled drain.
+
+The table stays the source of truth and the one-minute schedule the fallback: a doorbell that
+fails, or is skipped because another rang it a moment ago, loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW_SECONDS = 1.0
+
+
+class Doorbell:
+    """Rings the drain at most once per ``window_seconds`` per container.
+
+    ``client_factory`` makes the boto3 Lambda client on the first ring (boto3 costs about half
+    a second to import, so a container that never rings never pays for it).
+    """
+
+    def __init__(self, function_name: str | None, *, window_seconds: float = DEFAULT_WINDOW_SECONDS,
+                 client_factory: Callable[[], Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.function_name = function_name
+        self.window_seconds = window_seconds
+        self._client_factory = client_factory or _lambda_client
+        self._client: Any = None
+        self._clock = clock
+        self._last_ring: float | None = None
+
+    def ring(self) -> str:
+        """Invoke the drain asynchronously; returns ``rung``, ``skipped``, ``off`` or ``failed``.
+
+        Never raises: a failed ring is logged and the caller's request still succeeds.
+        """
+        if not self.function_name:
+            return "off"
+        now = self._clock()
+        if self._last_ring is not None and now - self._last_ring < self.window_seconds:
+            return "skipped"
+        self._last_ring = now
+        try:
+            if self._client is None:
+                self._client = self._client_factory()
+            self._client.invoke(FunctionName=self.function_name, InvocationType="Event",
+                                Payload=b'{"source": "pgdrain.doorbell"}')
+        except Exception as exc:  # botocore's errors, throttling, a network failure
+            log.warning("doorbell failed: could not invoke %s (%s: %s); the scheduled drain "
+                        "will pick the job up", self.function_name, type(exc).__name__, exc)
+            return "failed"
+        return "rung"
+
+
+def _lambda_client() -> Any:
+    import boto3
+
+    return boto3.client("lambda")

@@ -1,0 +1,306 @@
+"""The enqueue function, fed API Gateway events (events/*.json) against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+import pgdrain
+from pgdrain.doorbell import Doorbell
+from pgdrain.local import LambdaContext
+from tests.support.functions import load_event
+
+
+def post_jobs(app, body=None, *, headers=None, raw=None):
+    event = load_event("enqueue_single.json")
+    event["body"] = raw if raw is not None else json.dumps(body)
+    for name, value in (headers or {}).items():
+        event["headers"][name] = value
+        event["multiValueHeaders"][name] = [value]
+    return call(app, event)
+
+
+def call(app, event):
+    response = app.lambda_handler(event, LambdaContext("pgdrain-enqueue"))
+    return response["statusCode"], json.loads(response["body"]), response
+
+
+def job_count(sql) -> int:
+    return sql("SELECT count(*) AS n FROM jobs")[0]["n"]
+
+
+@pytest.fixture
+def app(load_function):
+    return load_function("enqueue")
+
+
+def test_single_job_event(app, sql):
+    status, body, response = call(app, load_event("enqueue_single.json"))
+    assert status == 201
+    assert response["multiValueHeaders"]["Content-Type"] == ["application/json"]
+    [row] = sql("SELECT id, job_type, payload, status FROM jobs")
+    assert body == {"ids": [row["id"]]}
+    assert (row["job_type"], row["payload"], row["status"]) == (
+        "send-email", {"to": "sarah@example.com"}, "pending")
+
+
+def test_batch_event_is_inserted_in_order_with_its_options(load_function, sql):
+    app = load_function("enqueue")
+    status, body, _ = call(app, load_event("enqueue_batch.json"))
+    assert status == 201
+    rows = {r["id"]: r for r in sql("SELECT id, job_type, priority, queue, max_attempts, "
+                                     "dedupe_key, run_at > now() AS later FROM jobs")}
+    assert [rows[i]["job_type"] for i in body["ids"]] == [
+        "send-email", "deliver-webhook", "generate-export", "sync-crm"]
+    webhook, export, crm = (rows[i] for i in body["ids"][1:])
+    assert webhook["priority"] == -1
+    assert export["later"] is True
+    assert (crm["queue"], crm["max_attempts"]) == ("crm", 5)
+    # The Idempotency-Key header keys each item of the batch.
+    assert [rows[i]["dedupe_key"] for i in body["ids"]] == [f"signup-42:{i}" for i in range(4)]
+    again, repeat, _ = call(app, load_event("enqueue_batch.json"))
+    assert (again, repeat) == (200, {"ids": body["ids"], "created": [False] * 4})
+    assert job_count(sql) == 4
+
+
+def test_invalid_batch_event_inserts_nothing(app, sql):
+    status, body, _ = call(app, load_event("enqueue_invalid.json"))
+    assert (status, body) == (422, {"error": "jobs[1].priority: must be an integer",
+                                    "details": {"field": "jobs[1].priority", "index": 1}})
+    assert job_count(sql) == 0
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "status", "body"),
+    [
+        ({"raw": "{not json"}, 400,
+         {"error": "the body is not valid JSON: Expecting property name enclosed in double "
+                   "quotes at line 1 column 2", "details": {}}),
+        ({"raw": '{"job_type": "test-noop", "payload": {"x": NaN}}'}, 400,
+         {"error": "the body is not valid JSON: NaN is not valid JSON at line 1 column 1",
+          "details": {}}),
+        ({"body": {"job_type": "test-noop"}, "headers": {"Content-Type": "text/plain"}}, 415,
+         {"error": "Content-Type must be application/json",
+          "details": {"content_type": "text/plain"}}),
+        ({"body": ["test-noop"]}, 422,
+         {"error": 'the body must be a JSON object: one job, or {"jobs": [...]}',
+          "details": {}}),
+        ({"body": {"payload": {}}}, 422,
+         {"error": "job_type: is required and must be a non-empty string",
+          "details": {"field": "job_type"}}),
+        ({"body": {"job_type": "test-noop", "kind": "x"}}, 422,
+         {"error": "kind: unknown field; a job has job_type, payload, run_at, delay_seconds, "
+                   "priority, queue, max_attempts, dedupe_key", "details": {"field": "kind"}}),
+        ({"body": {"job_type": "test-noop", "payload": [1]}}, 422,
+         {"error": "payload: must be a JSON object", "details": {"field": "payload"}}),
+        ({"body": {"job_type": "test-noop", "run_at": "2030-01-01T09:00:00"}}, 422,
+         {"error": "run_at: must include a timezone, e.g. 2030-01-31T09:00:00Z",
+          "details": {"field": "run_at"}}),
+        ({"body": {"job_type": "test-noop", "run_at": "next tuesday"}}, 422,
+         {"error": "run_at: is not an ISO 8601 timestamp: 'next tuesday'",
+          "details": {"field": "run_at"}}),
+        ({"body": {"job_type": "test-noop", "delay_seconds": -1}}, 422,
+         {"error": "delay_seconds: must be between 0 and 315360000 (ten years)",
+          "details": {"field": "delay_seconds"}}),
+        ({"body": {"job_type": "test-noop", "max_attempts": 0}}, 422,
+         {"error": "max_attempts: must be between 1 and 2147483647",
+          "details": {"field": "max_attempts"}}),
+        ({"body": {"jobs": []}}, 422,
+         {"error": "jobs must be a non-empty array of jobs", "details": {"field": "jobs"}}),
+        ({"body": {"jobs": [{"job_type": "test-noop"}], "queue": "x"}}, 422,
+         {"error": 'a batch holds only "jobs"; unexpected: queue',
+          "details": {"field": "queue"}}),
+        ({"body": {"jobs": [{"job_type": "test-noop"}, "test-noop"]}}, 422,
+         {"error": "jobs[1] must be a JSON object", "details": {"field": "jobs[1]",
+                                                                "index": 1}}),
+    ],
+)
+def test_bad_requests_say_what_is_wrong_and_insert_nothing(app, sql, request_kwargs, status,
+                                                           body):
+    assert post_jobs(app, **request_kwargs)[:2] == (status, body)
+    assert job_count(sql) == 0
+
+
+def test_unknown_job_type_lists_the_known_ones(app, sql):
+    status, body, _ = post_jobs(app, {"job_type": "send-fax"})
+    assert status == 422
+    assert body["error"].startswith("job_type: unknown job type 'send-fax'; known types: ")
+    assert body["details"]["known_job_types"] == pgdrain.REGISTRY.job_types()
+    assert "test-noop" in body["details"]["known_job_types"]
+    assert job_count(sql) == 0
+
+
+def test_size_limits_answer_413(load_function, sql):
+    app = load_function("enqueue", PGDRAIN_MAX_PAYLOAD_BYTES="100", PGDRAIN_MAX_BATCH="3")
+    status, body, _ = post_jobs(app, {"job_type": "test-noop", "payload": {"x": "y" * 200}})
+    assert status == 413
+    assert body["error"] == "payload: is 208 bytes; the limit is 100"
+    status, body, _ = post_jobs(app, {"jobs": [{"job_type": "test-noop"}] * 4})
+    assert (status, body) == (413, {"error": "a batch holds at most 3 jobs, got 4",
+                                    "details": {"max_batch": 3}})
+    assert job_count(sql) == 0
+
+
+def test_base64_body(app, sql):
+    raw = base64.b64encode(json.dumps({"job_type": "test-noop"}).encode()).decode()
+    event = load_event("enqueue_single.json")
+    event.update(body=raw, isBase64Encoded=True)
+    assert call(app, event)[0] == 201
+    event.update(body=base64.b64encode(b"\xff\xfe").decode())
+    assert call(app, event)[:2] == (400, {"error": "the body is not valid UTF-8 (byte 0)",
+                                          "details": {}})
+    assert job_count(sql) == 1
+
+
+def test_dedupe_key_and_idempotency_header(app, sql):
+    first = post_jobs(app, {"job_type": "test-noop", "dedupe_key": "k1"})
+    assert first[0] == 201
+    assert post_jobs(app, {"job_type": "test-noop", "dedupe_key": "k1"})[:2] == (
+        200, {"ids": first[1]["ids"], "created": [False]})
+    header = post_jobs(app, {"job_type": "test-noop"}, headers={"Idempotency-Key": "req-7"})
+    assert header[0] == 201
+    assert post_jobs(app, {"job_type": "test-noop"}, headers={"Idempotency-Key": "req-7"})[:2] \
+        == (200, {"ids": header[1]["ids"], "created": [False]})
+    conflict = post_jobs(app, {"job_type": "test-noop", "dedupe_key": "a"},
+                         headers={"Idempotency-Key": "b"})
+    assert conflict[:2] == (422, {"error": "dedupe_key: differs from the Idempotency-Key "
+                                           "header; send one",
+                                  "details": {"field": "dedupe_key"}})
+    assert job_count(sql) == 2
+
+
+def test_two_identical_requests_racing_get_one_job(load_function, sql):
+    # Two containers (two module instances, two connections) answer the same request at once.
+    apps = [load_function("enqueue"), load_function("enqueue")]
+    for attempt in range(10):
+        barrier = threading.Barrier(2)
+        results = [None, None]
+
+        def send(i, key=f"race-{attempt}", barrier=barrier, results=results):
+            barrier.wait()
+            results[i] = post_jobs(apps[i], {"job_type": "test-noop"},
+                                   headers={"Idempotency-Key": key})
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(r[0] for r in results) == [200, 201]
+        assert results[0][1]["ids"] == results[1][1]["ids"]
+    assert job_count(sql) == 10
+
+
+def test_get_job(app, conn):
+    job_id = pgdrain.enqueue(conn, "test-noop", {"n": 1}).id
+    event = load_event("job_get.json")
+    event["path"] = f"/jobs/{job_id}"
+    event["pathParameters"] = {"id": str(job_id)}
+    status, body, _ = call(app, event)
+    assert status == 200
+    assert (body["id"], body["job_type"], body["status"], body["payload"]) == (
+        job_id, "test-noop", "pending", {"n": 1})
+    assert body["run_at"].endswith("+00:00") and "lease_token" not in body
+    event["path"] = "/jobs/999999"
+    assert call(app, event)[:2] == (404, {"error": "no job with id 999999",
+                                          "details": {"id": 999999}})
+    event["path"] = "/jobs/abc"
+    assert call(app, event)[:2] == (400, {"error": "the job id must be a positive integer",
+                                          "details": {"id": "abc"}})
+
+
+def test_retry_route(app, conn, sql):
+    job_id = pgdrain.enqueue(conn, "test-noop", max_attempts=1).id
+    event = load_event("job_retry.json")
+    event["path"] = f"/jobs/{job_id}/retry"
+    status, body, _ = call(app, event)
+    assert (status, body["details"]) == (409, {"id": job_id, "status": "pending"})
+    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    pgdrain.fail(conn, job, "boom")
+    status, body, _ = call(app, event)
+    assert (status, body["status"], body["attempts"]) == (200, "pending", 0)
+    event["path"] = "/jobs/424242/retry"
+    assert call(app, event)[0] == 404
+
+
+def test_unknown_routes_and_methods(app):
+    event = load_event("job_get.json")
+    event.update(httpMethod="DELETE")
+    status, body, response = call(app, event)
+    assert (status, body["details"]) == (405, {"allow": "GET"})
+    assert response["multiValueHeaders"]["Allow"] == ["GET"]
+    event.update(httpMethod="GET", path="/jobs")
+    assert call(app, event)[0] == 405
+    event.update(path="/queues")
+    assert call(app, event)[0] == 404
+
+
+def test_sam_event_files_are_complete_proxy_events():
+    for name in ("enqueue_single.json", "enqueue_batch.json", "enqueue_invalid.json",
+                 "job_get.json", "job_retry.json", "drain_api.json"):
+        event = load_event(name)
+        assert {"resource", "path", "httpMethod", "headers", "requestContext", "body",
+                "isBase64Encoded"} <= set(event), name
+
+
+class TestDoorbell:
+    @pytest.fixture
+    def stubbed(self, app, monkeypatch):
+        client = boto3.client("lambda", region_name="eu-west-1", aws_access_key_id="testing",
+                              aws_secret_access_key="testing")
+        stubber = Stubber(client)
+        monkeypatch.setattr(app, "DOORBELL", Doorbell("pgdrain-drain", window_seconds=60,
+                                                      client_factory=lambda: client))
+        with stubber:
+            yield stubber
+
+    def test_a_due_job_rings_the_drain_once(self, app, stubbed, sql):
+        stubbed.add_response("invoke", {"StatusCode": 202}, {
+            "FunctionName": "pgdrain-drain", "InvocationType": "Event",
+            "Payload": b'{"source": "pgdrain.doorbell"}'})
+        assert post_jobs(app, {"job_type": "test-noop"})[0] == 201
+        stubbed.assert_no_pending_responses()
+        # Within the window a second enqueue does not ring again (no response is queued: a
+        # ring would fail the Stubber, and show as a DoorbellFailed metric).
+        assert post_jobs(app, {"job_type": "test-noop"})[0] == 201
+        assert job_count(sql) == 2
+
+    def test_a_delayed_job_does_not_ring(self, app, stubbed, capsys):
+        stubbed.add_response("invoke", {"StatusCode": 202})
+        capsys.readouterr()
+        assert post_jobs(app, {"job_type": "test-noop", "delay_seconds": 30})[0] == 201
+        with pytest.raises(AssertionError):
+            stubbed.assert_no_pending_responses()  # the queued response was never used
+        assert "Doorbell" not in capsys.readouterr().out
+
+    def test_a_failed_ring_never_fails_the_enqueue(self, app, stubbed, sql, capsys):
+        stubbed.add_client_error("invoke", service_error_code="TooManyRequestsException",
+                                 http_status_code=429)
+        capsys.readouterr()
+        status, body, _ = post_jobs(app, {"job_type": "test-noop"})
+        assert status == 201 and len(body["ids"]) == 1
+        assert job_count(sql) == 1
+        out = capsys.readouterr().out
+        assert '"DoorbellFailed"' in out
+
+
+def test_payload_model_is_enforced_at_enqueue(app, sql):
+    status, body, _ = post_jobs(app, {"jobs": [
+        {"job_type": "test-typed", "payload": {"to": "sarah", "times": 2}},
+        {"job_type": "test-typed", "payload": {"to": "sam", "times": "twice"}}]})
+    assert (status, body) == (422, {"error": "jobs[1].payload.times: must be an integer",
+                                    "details": {"field": "jobs[1].payload.times",
+                                                "index": 1}})
+    status, body, _ = post_jobs(app, {"job_type": "test-typed", "payload": {"times": 2}})
+    assert (status, body["details"]) == (422, {"field": "payload.to"})
+    assert job_count(sql) == 0
+    status, body, _ = post_jobs(app, {"job_type": "test-typed", "payload": {"to": "sarah"}})
+    assert status == 201
+    # Defaults from the model are filled in, so the stored payload is complete.
+    assert sql("SELECT payload FROM jobs")[0]["payload"] == {"to": "sarah", "times": 1,
+                                                             "tags": []}
