@@ -25,7 +25,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 import pgdrain
 from pgdrain.api import ApiError, Limits, parse_enqueue
 from pgdrain.db import Connector
-from pgdrain.doorbell import DEFAULT_WINDOW_SECONDS, Doorbell
+from pgdrain.doorbell import Doorbell
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "pgdrain")
 logger = Logger(service=SERVICE)
@@ -38,9 +38,7 @@ app = APIGatewayRestResolver()
 SETTINGS = pgdrain.Settings.from_env()
 pgdrain.load_job_modules(SETTINGS.job_modules)
 LIMITS = Limits.from_env()
-DOORBELL = Doorbell(os.environ.get("DRAIN_FUNCTION_NAME") or None,
-                    window_seconds=float(os.environ.get("PGDRAIN_DOORBELL_WINDOW_SECONDS")
-                                         or DEFAULT_WINDOW_SECONDS))
+DOORBELL = Doorbell.from_env()
 
 
 def _connect() -> pg8000.native.Connection:

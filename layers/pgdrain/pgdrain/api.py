@@ -20,9 +20,8 @@ from typing import Any
 from .errors import ConfigError, InvalidJobError, PgdrainError
 from .queue import DEFAULT_MAX_ATTEMPTS, MAX_DEDUPE_KEY, NewJob, new_job
 from .registry import Registry
+from .settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_PAYLOAD_BYTES
 
-DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
-DEFAULT_MAX_BATCH = 500
 JOB_FIELDS = ("job_type", "payload", "run_at", "delay_seconds", "priority", "queue",
               "max_attempts", "dedupe_key")
 

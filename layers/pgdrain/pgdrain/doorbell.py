@@ -8,13 +8,16 @@ fails, or is skipped because another rang it a moment ago, loses nothing.
 from __future__ import annotations
 
 import logging
+import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-log = logging.getLogger(__name__)
+from .errors import ConfigError
+from .settings import DEFAULT_DOORBELL_WINDOW_SECONDS
 
-DEFAULT_WINDOW_SECONDS = 1.0
+log = logging.getLogger(__name__)
 
 
 class Doorbell:
@@ -24,7 +27,8 @@ class Doorbell:
     a second to import, so a container that never rings never pays for it).
     """
 
-    def __init__(self, function_name: str | None, *, window_seconds: float = DEFAULT_WINDOW_SECONDS,
+    def __init__(self, function_name: str | None, *,
+                 window_seconds: float = DEFAULT_DOORBELL_WINDOW_SECONDS,
                  client_factory: Callable[[], Any] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.function_name = function_name
@@ -33,6 +37,20 @@ class Doorbell:
         self._client: Any = None
         self._clock = clock
         self._last_ring: float | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Doorbell:
+        """``DRAIN_FUNCTION_NAME`` (unset: no doorbell), ``PGDRAIN_DOORBELL_WINDOW_SECONDS``."""
+        env = os.environ if env is None else env
+        raw = env.get("PGDRAIN_DOORBELL_WINDOW_SECONDS", "").strip()
+        try:
+            window = float(raw) if raw else DEFAULT_DOORBELL_WINDOW_SECONDS
+        except ValueError:
+            raise ConfigError(f"PGDRAIN_DOORBELL_WINDOW_SECONDS must be a number, "
+                              f"got {raw!r}") from None
+        if not math.isfinite(window) or window < 0:
+            raise ConfigError(f"PGDRAIN_DOORBELL_WINDOW_SECONDS must be 0 or more, got {raw!r}")
+        return cls(env.get("DRAIN_FUNCTION_NAME", "").strip() or None, window_seconds=window)
 
     def ring(self) -> str:
         """Invoke the drain asynchronously; returns ``rung``, ``skipped``, ``off`` or ``failed``.

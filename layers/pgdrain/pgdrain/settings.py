@@ -55,6 +55,25 @@ _CREDENTIAL_ROWS: tuple[tuple[str, str, str], ...] = (
 )
 CREDENTIAL_SETTINGS: tuple[str, ...] = tuple(name for name, _, _ in _CREDENTIAL_ROWS)
 
+# Read by the enqueue function (pgdrain.api, pgdrain.doorbell) and the webhook job.
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+DEFAULT_MAX_BATCH = 500
+DEFAULT_DOORBELL_WINDOW_SECONDS = 1.0
+DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10.0
+_FUNCTION_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("PGDRAIN_MAX_PAYLOAD_BYTES", str(DEFAULT_MAX_PAYLOAD_BYTES),
+     "Largest job payload POST /jobs accepts, in bytes of JSON (413 above)"),
+    ("PGDRAIN_MAX_BATCH", str(DEFAULT_MAX_BATCH),
+     "Most jobs in one POST /jobs batch (413 above)"),
+    ("DRAIN_FUNCTION_NAME", "(unset: no doorbell)",
+     "The drain function the enqueue function invokes asynchronously after a commit"),
+    ("PGDRAIN_DOORBELL_WINDOW_SECONDS", str(DEFAULT_DOORBELL_WINDOW_SECONDS),
+     "At most one doorbell ring per enqueue container in this window"),
+    ("PGDRAIN_WEBHOOK_TIMEOUT_SECONDS", str(DEFAULT_WEBHOOK_TIMEOUT_SECONDS),
+     "deliver-webhook: timeout of each network step of the POST"),
+)
+FUNCTION_SETTINGS: tuple[str, ...] = tuple(name for name, _, _ in _FUNCTION_ROWS)
+
 SETTINGS: tuple[tuple[str, str, str], ...] = (
     ("DATABASE_URL", "embedded PostgreSQL locally",
      "postgresql://user:pass@host:port/db?sslmode=..., or ?host=/socket/dir for a Unix socket"),
@@ -85,6 +104,7 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
     ("PGDRAIN_BACKOFF_CAP_SECONDS", str(DEFAULT_CAP_SECONDS), "Longest retry delay"),
     ("PGDRAIN_BACKOFF_JITTER", str(DEFAULT_JITTER),
      "Random spread of each delay, as a fraction (0.1 = ±10 %)"),
+    *_FUNCTION_ROWS,
 )
 
 
