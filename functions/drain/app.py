@@ -37,7 +37,7 @@ def _connect():
     return connect_from_env()
 
 
-CONNECTOR = Connector(_connect)
+CONNECTOR = Connector(_connect, prepare=SETTINGS.prepared_statements)
 
 _OUTCOME_METRICS = {"done": "JobsDone", "retried": "JobsRetried", "failed": "JobsFailed",
                     "released": "JobsReleased", "snoozed": "JobsSnoozed",

@@ -47,7 +47,8 @@ def _connect() -> pg8000.native.Connection:
     return connect_from_env()
 
 
-CONNECTOR = Connector(_connect)
+# One statement per request: nothing to gain from preparing, and nothing to pin a pooler.
+CONNECTOR = Connector(_connect, prepare=False)
 _JOB_PATH = re.compile(r"^/jobs/([^/]+)(/retry)?/?$")
 
 

@@ -255,3 +255,18 @@ def test_library_enqueue_checks_the_payload_model(load_function, conn, sql):
     with pytest.raises(pgdrain.InvalidJobError, match=r"payload\.to: must be a string"):
         pgdrain.enqueue(conn, "test-typed", {"to": 7})
     assert sql("SELECT count(*) AS n FROM jobs")[0]["n"] == 0
+
+
+def test_without_prepared_statements_the_drain_leaves_no_session_state(load_function, conn):
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 3)
+    app = load_function("drain", PGDRAIN_PREPARED_STATEMENTS="false", PGDRAIN_BATCH_SIZE="1")
+    assert app.lambda_handler({}, LambdaContext())["done"] == 3
+    drain_conn = app.CONNECTOR.session().conn
+    assert drain_conn.run("SELECT count(*) FROM pg_prepared_statements") == [[0]]
+    assert drain_conn.run("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                          "AND pid = pg_backend_pid()") == [[0]]
+    # With them (the default), each statement is prepared once and reused.
+    prepared = load_function("drain", PGDRAIN_PREPARED_STATEMENTS="true")
+    prepared.lambda_handler({}, LambdaContext())
+    assert prepared.CONNECTOR.session().conn.run(
+        "SELECT count(*) FROM pg_prepared_statements")[0][0] > 0

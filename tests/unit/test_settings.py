@@ -35,13 +35,14 @@ def test_every_variable_is_read():
         "PGDRAIN_JOB_TIMEOUT_SECONDS": "4",
         "PGDRAIN_JOBS": "my.jobs,other.jobs",
         "PGDRAIN_TRACING": "true",
+        "PGDRAIN_PREPARED_STATEMENTS": "false",
     }
     assert Settings.from_env(env) == Settings(
         database_url="postgresql://u@h/db", lease_seconds=120, batch_size=25,
         queues=("emails", "webhooks"), retention_seconds=0, purge_batch_size=50,
         purge_max_batches=0, reclaim_batch_size=7, max_jobs=50, safety_margin_seconds=0.5,
         job_timeout_seconds=4, job_modules="my.jobs,other.jobs",
-        tracing=True,
+        tracing=True, prepared_statements=False,
         backoff=Backoff(base_seconds=0.5, cap_seconds=60, jitter=0),
     )
     # SETTINGS documents exactly what from_env reads (the README table is checked against it).

@@ -55,3 +55,15 @@ def test_migrations_are_numbered_in_order():
     found = migrations()
     assert [v for v, _, _ in found] == list(range(1, len(found) + 1))
     assert found[0][1] == "create_jobs"
+
+
+def test_no_statement_leaves_session_state_behind():
+    # What makes a pooler (RDS Proxy, PgBouncer in transaction mode) pin a session: SET,
+    # LISTEN, PREPARE, temporary tables, session-level advisory locks, holdable cursors.
+    forbidden = re.compile(r"\b(LISTEN|PREPARE|TEMP|TEMPORARY|pg_advisory_lock|"
+                           r"pg_try_advisory_lock|WITH HOLD|set_config)\b", re.IGNORECASE)
+    offenders = {name: m.group(0) for name, sql in QUERIES.items()
+                 if (m := forbidden.search(sql))}
+    offenders |= {name: "SET" for name, sql in QUERIES.items()
+                  if re.match(r"\s*(SET|RESET)\b", sql, re.IGNORECASE)}
+    assert offenders == {}

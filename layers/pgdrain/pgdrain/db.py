@@ -253,14 +253,15 @@ def as_session(conn: Any) -> Session:
 class Connector:
     """Owns a function's connection across warm invocations; reconnects when it died."""
 
-    def __init__(self, connect: Callable[[], pg8000.native.Connection]):
+    def __init__(self, connect: Callable[[], pg8000.native.Connection], *, prepare: bool = True):
         self._connect = connect
+        self._prepare = prepare
         self._session: Session | None = None
 
     def session(self) -> Session:
         """The live session, connecting first if there is none."""
         if self._session is None:
-            self._session = Session(self._connect(), prepare=True)
+            self._session = Session(self._connect(), prepare=self._prepare)
         return self._session
 
     def ensure_alive(self) -> bool:

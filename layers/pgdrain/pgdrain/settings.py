@@ -87,6 +87,9 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
      "Time a drain keeps in hand before its deadline to record outcomes and return"),
     ("PGDRAIN_JOB_TIMEOUT_SECONDS", str(DEFAULT_JOB_TIMEOUT_SECONDS),
      "Time budget of a handler that declares no timeout; an overrun is retried as timed out"),
+    ("PGDRAIN_PREPARED_STATEMENTS", "true",
+     "Prepare the drain's statements once per connection (false behind a pooler such as RDS "
+     "Proxy: named prepared statements are session state)"),
     ("PGDRAIN_TRACING", "false",
      "true: trace the drain with Powertools' Tracer (needs aws-xray-sdk; adds ~1 s cold start)"),
     ("PGDRAIN_JOBS", "pgdrain_jobs.examples,pgdrain_jobs.webhook",
@@ -125,6 +128,7 @@ class Settings:
     job_timeout_seconds: float = DEFAULT_JOB_TIMEOUT_SECONDS
     job_modules: str | None = None
     tracing: bool = False
+    prepared_statements: bool = True
     backoff: Backoff = field(default_factory=Backoff)
 
     def __post_init__(self) -> None:
@@ -172,6 +176,7 @@ class Settings:
                 env, "PGDRAIN_JOB_TIMEOUT_SECONDS", DEFAULT_JOB_TIMEOUT_SECONDS),
             job_modules=env.get("PGDRAIN_JOBS") or None,
             tracing=_flag(env, "PGDRAIN_TRACING"),
+            prepared_statements=_flag(env, "PGDRAIN_PREPARED_STATEMENTS", default=True),
             backoff=backoff,
         )
 
@@ -189,9 +194,11 @@ def _integer(env: Mapping[str, str], name: str, default: int, minimum: int) -> i
     return value
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
+def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     raw = env.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
+    if not raw:
+        return default
+    if raw in ("0", "false", "no", "off"):
         return False
     if raw in ("1", "true", "yes", "on"):
         return True
