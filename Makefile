@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt layers/pgdrain/requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: help demo test test-unit lint migrate clean
+.PHONY: help demo test test-unit lint migrate clean sam-check
 
 help: ## list the targets
 	@grep -E '^[a-z/-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -38,5 +38,28 @@ lint: $(STAMP) ## ruff
 migrate: $(STAMP) ## apply migrations to DATABASE_URL
 	$(BIN)/pgdrain migrate
 
-clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+# The SAM CLI lives in its own environment: its exact pins clash with the test tools'.
+# cfn-lint 1.53.3: later versions no longer run the SAM transform and miss broken runtimes,
+# schedules and API references.
+SAM_VENV ?= .venv-sam
+SAM_STAMP := $(SAM_VENV)/.installed-sam-1.170.0-cfnlint-1.53.3
+SAM := SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=$${AWS_DEFAULT_REGION:-eu-west-1} $(SAM_VENV)/bin/sam
+
+$(SAM_STAMP):
+	rm -rf $(SAM_VENV)
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/python -m pip --disable-pip-version-check -q install \
+	  'aws-sam-cli==1.170.0' 'cfn-lint==1.53.3'
+	touch $@
+
+sam-check: $(SAM_STAMP) ## sam validate, sam validate --lint and sam build (no Docker)
+	$(SAM) validate
+	$(SAM) validate --lint
+	$(SAM) build
+
+clean: ## remove the virtual environments, caches and build output
+	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .hypothesis .aws-sam
+
+.PHONY: openapi
+openapi: $(STAMP) ## write docs/openapi.json (the enqueue API) from the code
+	$(BIN)/python -m pgdrain.openapi --output docs/openapi.json

@@ -1,0 +1,164 @@
+"""template.yaml's wiring: handlers exist, every route and the schedule have an event file,
+every setting the code reads is documented, and every API route requires auth once SAM's own
+translator has expanded the template."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = yaml_parse((ROOT / "template.yaml").read_text())
+README = (ROOT / "README.md").read_text()
+FUNCTIONS = {name: r for name, r in TEMPLATE["Resources"].items()
+             if r["Type"] == "AWS::Serverless::Function"}
+
+
+class _ManagedPolicies:
+    """SAM asks for the ARNs of AWS managed policies by name; answer without calling IAM."""
+
+    def load(self):
+        names = ("AWSXrayWriteOnlyAccess", "AWSLambdaBasicExecutionRole",
+                 "AWSLambdaVPCAccessExecutionRole")
+        return {name: f"arn:aws:iam::aws:policy/{name}" for name in names}
+
+
+def translated(**parameters: str) -> dict:
+    """The template as CloudFormation receives it, as `sam validate` translates it."""
+    template = copy.deepcopy(TEMPLATE)
+    for resource in template["Resources"].values():  # what `sam package` would upload
+        for key in ("CodeUri", "ContentUri"):
+            if key in resource.get("Properties", {}):
+                resource["Properties"][key] = "s3://bucket/key"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AWS_DEFAULT_REGION", "eu-west-1")  # ARNs need one; any will do
+        return transform(template, parameters, _ManagedPolicies())
+
+
+def api_events():
+    for name, function in FUNCTIONS.items():
+        for event in function["Properties"].get("Events", {}).values():
+            if event["Type"] == "Api":
+                yield name, event["Properties"]["Method"].upper(), event["Properties"]["Path"]
+
+
+def test_every_handler_exists():
+    assert set(FUNCTIONS) == {"DrainFunction", "EnqueueFunction", "MigrateFunction"}
+    for name, function in FUNCTIONS.items():
+        code = ROOT / function["Properties"]["CodeUri"]
+        module, handler = function["Properties"]["Handler"].rsplit(".", 1)
+        source = code / f"{module.replace('.', '/')}.py"
+        assert source.is_file(), f"{name}: {source} is missing"
+        assert re.search(rf"^def {handler}\(", source.read_text(), re.MULTILINE), name
+        # Dependencies come from the layer: a requirements.txt would make sam build need
+        # the runtime's Python.
+        assert not (code / "requirements.txt").exists(), name
+
+
+def test_every_route_and_the_schedule_have_an_event_file():
+    events = [json.loads(p.read_text()) for p in sorted((ROOT / "events").glob("*.json"))]
+    routes = {(e["httpMethod"], e["resource"]) for e in events if "httpMethod" in e}
+    for name, method, path in api_events():
+        assert (method, path) in routes, f"{name} {method} {path} has no file in events/"
+    assert any(e.get("source") == "aws.events" for e in events)
+    assert {} in events  # a direct invoke
+
+
+def test_a_stack_without_api_auth_is_refused_by_a_rule():
+    [assertion] = TEMPLATE["Rules"]["EveryRouteNeedsAuth"]["Assertions"]
+    assert assertion["Assert"] == {"Fn::Or": [
+        {"Fn::Equals": [{"Ref": "ApiAuthorizer"}, "AWS_IAM"]},
+        {"Fn::Equals": [{"Ref": "ApiKeyRequired"}, "true"]}]}
+
+
+def test_lease_default_exceeds_the_drain_timeout():
+    parameters = TEMPLATE["Parameters"]
+    assert parameters["LeaseSeconds"]["Default"] > parameters["DrainTimeout"]["MaxValue"]
+
+
+def code_settings() -> set[str]:
+    """Every environment variable the Lambda code and the layer read."""
+    names = set()
+    pattern = re.compile(r"""(?:environ|env)(?:\.get)?[\[(]\s*["']([A-Z][A-Z0-9_]+)["']|"""
+                         r"""_get\(env,\s*["']([A-Z][A-Z0-9_]+)["']|"""
+                         r"""_(?:integer|number|flag)\(\s*env,\s*["']([A-Z][A-Z0-9_]+)["']""")
+    for path in [*(ROOT / "layers" / "pgdrain").rglob("*.py"),
+                 *(ROOT / "functions").rglob("*.py")]:
+        if path.name == "local_invoke.py":  # a developer tool, not the functions
+            continue
+        for match in pattern.finditer(path.read_text()):
+            names.add(next(g for g in match.groups() if g))
+    return names
+
+
+def test_every_setting_the_code_reads_is_in_the_readme_table():
+    table = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)` \|", README, re.MULTILINE))
+    read = code_settings()
+    assert "PGDRAIN_BATCH_SIZE" in read and "DB_SECRET_ARN" in read  # the scan works
+    powertools = {n for n in read if n.startswith("POWERTOOLS_")}
+    assert read - powertools - table == set()
+    for name in powertools:
+        assert f"`{name}`" in README, name
+
+
+def test_every_variable_the_template_sets_is_a_documented_setting():
+    variables = set(TEMPLATE["Globals"]["Function"]["Environment"]["Variables"])
+    for function in FUNCTIONS.values():
+        variables |= set(function["Properties"].get("Environment", {}).get("Variables", {}))
+    table = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)` \|", README, re.MULTILINE))
+    assert {v for v in variables if not v.startswith("POWERTOOLS_")} - table == set()
+
+
+@pytest.mark.parametrize(("parameters", "schemes"), [
+    ({}, {"AWS_IAM"}),
+    ({"ApiAuthorizer": "NONE", "ApiKeyRequired": "true"}, {"api_key"}),
+    ({"ApiKeyRequired": "true"}, {"AWS_IAM", "api_key"}),
+])
+def test_every_route_requires_auth(parameters, schemes):
+    output = translated(**parameters)
+    [api] = [r for r in output["Resources"].values() if r["Type"] == "AWS::ApiGateway::RestApi"]
+    paths = api["Properties"]["Body"]["paths"]
+    routes = {(method.upper(), path) for path, methods in paths.items() for method in methods}
+    assert routes == {(method, path) for _, method, path in api_events()}
+    for path, methods in paths.items():
+        for method, operation in methods.items():
+            required = {name for requirement in operation.get("security", [])
+                        for name in requirement}
+            assert required == schemes, f"{method.upper()} {path}: {required}"
+
+
+def role_statements(output: dict, function: str) -> list[dict]:
+    """A function role's inline statements, conditional ones included."""
+    statements = []
+    for policy in output["Resources"][f"{function}Role"]["Properties"].get("Policies", []):
+        if "Fn::If" in policy:
+            policy = policy["Fn::If"][1]
+        statements += policy["PolicyDocument"]["Statement"]
+    return statements
+
+
+@pytest.mark.parametrize("function", ["DrainFunction", "EnqueueFunction", "MigrateFunction"])
+def test_least_privilege(function):
+    statements = role_statements(translated(), function)
+    by_action = {}
+    for statement in statements:
+        actions = statement["Action"]
+        for action in [actions] if isinstance(actions, str) else actions:
+            by_action.setdefault(action, []).append(json.dumps(statement["Resource"]))
+    invoke = by_action.pop("lambda:InvokeFunction", [])
+    if function == "EnqueueFunction":
+        assert len(invoke) == 1 and '"Ref": "DrainFunction"' in invoke[0]
+    else:
+        assert invoke == []
+    assert by_action.pop("secretsmanager:GetSecretValue") == ['{"Fn::Sub": ["${secretArn}", '
+                                                              '{"secretArn": {"Ref": '
+                                                              '"DatabaseSecretArn"}}]}']
+    [connect] = by_action.pop("rds-db:connect")
+    assert connect.endswith('dbuser:${DatabaseResourceId}/${DatabaseUser}"}')
+    assert by_action == {}  # nothing else, and no "*" resources
