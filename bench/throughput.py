@@ -17,15 +17,13 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
-import warnings
 from pathlib import Path
-from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "layers" / "pgdrain"))
 
 from pgdrain.db import connect  # noqa: E402
+from pgdrain.embedded import scratch_database  # noqa: E402
 from pgdrain.migrate import migrate  # noqa: E402
 
 SEED_DDL = """
@@ -99,53 +97,42 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    server = None
-    server_url = os.environ.get("DATABASE_URL")
-    if not server_url:
-        from pgdrain import embedded
+    with scratch_database("pgdrain_bench") as url:
+        conn = connect(url)
+        try:
+            run(conn, url, args)
+        finally:
+            conn.close()
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server = embedded.start()
-        server_url = server.url
-    name = f"pgdrain_bench_{uuid.uuid4().hex[:8]}"
-    admin = connect(server_url)
-    admin.run(f'CREATE DATABASE "{name}"')
-    url = urlsplit(server_url)._replace(path=f"/{name}").geturl()
-    conn = connect(url)
-    try:
-        migrate(conn)
-        conn.run(SEED_DDL)
-        version = conn.run("SHOW server_version")[0][0]
-        rates: dict[str, list[float]] = {label: [] for label, *_ in CONFIGS}
-        for round_no in range(args.rounds):
-            order = CONFIGS[round_no % len(CONFIGS):] + CONFIGS[:round_no % len(CONFIGS)]
-            for label, mode, processes, batch, extra in order:
-                fill(conn, mode, args.jobs)
-                seconds = run_once(url, mode, processes, batch, extra)
-                left = conn.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0] \
-                    if mode != "seed" else \
-                    conn.run("SELECT count(*) FROM seed_jobs WHERE status <> 'done'")[0][0]
-                if left:
-                    raise SystemExit(f"{label}: {left} jobs were not done")
-                rates[label].append(args.jobs / seconds)
-                print(f"round {round_no + 1}: {label}: {args.jobs / seconds:,.0f} jobs/s",
-                      file=sys.stderr, flush=True)
-        seed = statistics.median(rates[CONFIGS[0][0]])
-        print(f"\n{args.jobs:,} no-op jobs, PostgreSQL {version}, median of {args.rounds} "
-              f"interleaved rounds, {os.cpu_count()} CPUs\n")
-        print("| configuration | jobs/s (median) | runs | ratio to the seed worker (1 process) |")
-        print("|---|---:|---|---:|")
-        for label, *_ in CONFIGS:
-            median = statistics.median(rates[label])
-            runs = ", ".join(f"{r:,.0f}" for r in rates[label])
-            print(f"| {label} | {median:,.0f} | {runs} | {median / seed:.1f} |")
-    finally:
-        conn.close()
-        admin.run(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.close()
-        if server is not None:
-            server.stop()
+
+def run(conn, url: str, args: argparse.Namespace) -> None:
+    """All rounds on the database at ``url``; prints the Markdown table."""
+    migrate(conn)
+    conn.run(SEED_DDL)
+    version = conn.run("SHOW server_version")[0][0]
+    rates: dict[str, list[float]] = {label: [] for label, *_ in CONFIGS}
+    for round_no in range(args.rounds):
+        order = CONFIGS[round_no % len(CONFIGS):] + CONFIGS[:round_no % len(CONFIGS)]
+        for label, mode, processes, batch, extra in order:
+            fill(conn, mode, args.jobs)
+            seconds = run_once(url, mode, processes, batch, extra)
+            left = conn.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0] \
+                if mode != "seed" else \
+                conn.run("SELECT count(*) FROM seed_jobs WHERE status <> 'done'")[0][0]
+            if left:
+                raise SystemExit(f"{label}: {left} jobs were not done")
+            rates[label].append(args.jobs / seconds)
+            print(f"round {round_no + 1}: {label}: {args.jobs / seconds:,.0f} jobs/s",
+                  file=sys.stderr, flush=True)
+    seed = statistics.median(rates[CONFIGS[0][0]])
+    print(f"\n{args.jobs:,} no-op jobs, PostgreSQL {version}, median of {args.rounds} "
+          f"interleaved rounds, {os.cpu_count()} CPUs\n")
+    print("| configuration | jobs/s (median) | runs | ratio to the seed worker (1 process) |")
+    print("|---|---:|---|---:|")
+    for label, *_ in CONFIGS:
+        median = statistics.median(rates[label])
+        runs = ", ".join(f"{r:,.0f}" for r in rates[label])
+        print(f"| {label} | {median:,.0f} | {runs} | {median / seed:.1f} |")
 
 
 if __name__ == "__main__":

@@ -21,13 +21,11 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
-import warnings
-from contextlib import contextmanager, redirect_stdout
+from contextlib import redirect_stdout
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from pgdrain.db import connect
+from pgdrain.embedded import scratch_database
 from pgdrain.local import LambdaContext
 from pgdrain.migrate import migrate
 
@@ -110,34 +108,10 @@ def print_table(rows: list[dict]) -> None:
     print(rule)
 
 
-@contextmanager
-def fresh_database():
-    """A URL to an empty database, removed afterwards."""
-    server_url = os.environ.get("DATABASE_URL")
-    if not server_url:
-        from pgdrain import embedded
-
-        print("Starting an embedded PostgreSQL...")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # pgserver: XDG_RUNTIME_DIR is not set
-            server = embedded.start()
-        try:
-            yield server.url
-        finally:
-            server.stop()
-        return
-    name = f"pgdrain_demo_{uuid.uuid4().hex[:8]}"
-    admin = connect(server_url)
-    admin.run(f'CREATE DATABASE "{name}"')
-    try:
-        yield urlsplit(server_url)._replace(path=f"/{name}").geturl()
-    finally:
-        admin.run(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.close()
-
-
 def main() -> None:
-    with fresh_database() as url:
+    if not os.environ.get("DATABASE_URL"):
+        print("Starting an embedded PostgreSQL...")
+    with scratch_database("pgdrain_demo") as url:
         conn = connect(url)
         migrate(conn)
         print("Database ready.")

@@ -9,26 +9,17 @@ from __future__ import annotations
 
 import os
 import uuid
-import warnings
 from collections.abc import Iterator
 from contextlib import suppress
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 
-from pgdrain.db import Session, connect
+from pgdrain.db import Session, connect, with_database
 from pgdrain.migrate import migrate
 
 # Settings from the developer's shell must not leak into tests; DATABASE_URL picks the server.
 for _name in [n for n in os.environ if n.startswith("PGDRAIN_")]:
     del os.environ[_name]
-
-
-def database_url_for(server_url: str, database: str) -> str:
-    """``server_url`` pointed at another database on the same server."""
-    parts = urlsplit(server_url)
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "dbname"])
-    return parts._replace(path=f"/{database}", query=query).geturl()
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +30,7 @@ def server_url() -> Iterator[str]:
         return
     from pgdrain import embedded
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pgserver: XDG_RUNTIME_DIR is not set
-        server = embedded.start()
+    server = embedded.start()
     try:
         yield server.url
     finally:
@@ -54,7 +43,7 @@ def template_database(server_url: str) -> Iterator[str]:
     name = f"pgdrain_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     admin = connect(server_url)
     admin.run(f'CREATE DATABASE "{name}"')
-    conn = connect(database_url_for(server_url, name))
+    conn = connect(with_database(server_url, name))
     migrate(conn)
     conn.close()
     try:
@@ -88,7 +77,7 @@ def database_url(server_url: str, template_database: str) -> Iterator[str]:
     """A URL to a fresh, migrated database of this test's own."""
     name = _create_database(server_url, template_database)
     try:
-        yield database_url_for(server_url, name)
+        yield with_database(server_url, name)
     finally:
         _drop_database(server_url, name)
 
@@ -98,7 +87,7 @@ def empty_database_url(server_url: str) -> Iterator[str]:
     """A URL to a fresh database with no schema at all."""
     name = _create_database(server_url, None)
     try:
-        yield database_url_for(server_url, name)
+        yield with_database(server_url, name)
     finally:
         _drop_database(server_url, name)
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
 import pg8000.native
 from pg8000.converters import TIMESTAMPTZ, timestamptz_in
@@ -109,6 +109,13 @@ def parse_database_url(url: str) -> ConnectParams:
         password=password, sslmode=sslmode, sslrootcert=query.get("sslrootcert"),
         application_name=query.get("application_name") or "pgdrain", timeout=timeout,
     )
+
+
+def with_database(url: str, database: str) -> str:
+    """``url`` pointed at another database on the same server."""
+    parts = urlsplit(url)
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "dbname"])
+    return parts._replace(path=f"/{database}", query=query).geturl()
 
 
 def ssl_context_for(params: ConnectParams) -> ssl.SSLContext | bool | None:

@@ -7,7 +7,12 @@ runs PostgreSQL as a ``pgserver`` system user).
 
 from __future__ import annotations
 
+import os
 import tempfile
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +41,9 @@ def start(datadir: str | Path | None = None) -> EmbeddedPostgres:
     A temporary server's data directory is deleted when it stops.
     """
     try:
-        import pgserver
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+            import pgserver
     except ImportError:
         from .errors import ConfigError
 
@@ -52,5 +59,33 @@ def start(datadir: str | Path | None = None) -> EmbeddedPostgres:
     else:
         datadir = Path(datadir)
         cleanup = "stop"
-    server = pgserver.get_server(datadir, cleanup_mode=cleanup)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+        server = pgserver.get_server(datadir, cleanup_mode=cleanup)
     return EmbeddedPostgres(url=server.get_uri("postgres"), datadir=datadir, _server=server)
+
+
+@contextmanager
+def scratch_database(prefix: str = "pgdrain", server_url: str | None = None) -> Iterator[str]:
+    """A URL to a new, empty database, dropped afterwards (for demos and benchmarks).
+
+    On the server in ``server_url`` (default: ``DATABASE_URL``), or else on a temporary
+    embedded server that is stopped and deleted afterwards.
+    """
+    from .db import connect, with_database
+
+    server_url = server_url or os.environ.get("DATABASE_URL") or None
+    server = start() if server_url is None else None
+    admin_url = server.url if server is not None else server_url
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = connect(admin_url)
+    try:
+        admin.run(f'CREATE DATABASE "{name}"')
+        try:
+            yield with_database(admin_url, name)
+        finally:
+            admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.close()
+        if server is not None:
+            server.stop()
