@@ -1,0 +1,62 @@
+"""Job types for the reliability suite (PGDRAIN_JOBS=tests.reliability.recording_jobs).
+
+Every execution is recorded in ``executions`` on a connection of its own (autocommit): a row
+when it starts (job id, attempt, pid, start) and its end and outcome when it returns or raises.
+A process killed mid-job leaves ``ended_at`` NULL. The record shows what ran, when and where,
+whatever the drain then manages to write. Create the table with ``EXECUTIONS_DDL`` first.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pgdrain
+from pgdrain.db import connect
+
+EXECUTIONS_DDL = """
+CREATE TABLE IF NOT EXISTS executions (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id     bigint NOT NULL,
+    attempt    int NOT NULL,
+    pid        int NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    ended_at   timestamptz,
+    outcome    text
+)
+"""
+
+_conn = None
+
+
+def _db():
+    global _conn
+    if _conn is None:
+        _conn = connect(os.environ["DATABASE_URL"])
+    return _conn
+
+
+def _started(job: pgdrain.Job) -> int:
+    return _db().run("INSERT INTO executions (job_id, attempt, pid) VALUES (:id, :attempt, :pid) "
+                     "RETURNING id", id=job.id, attempt=job.attempts, pid=os.getpid())[0][0]
+
+
+def _ended(execution: int, outcome: str) -> None:
+    _db().run("UPDATE executions SET ended_at = clock_timestamp(), outcome = :outcome "
+              "WHERE id = :id", id=execution, outcome=outcome)
+
+
+@pgdrain.job("record", timeout=10)
+def record(job: pgdrain.Job) -> None:
+    """Sleeps ``payload["seconds"]`` (default 0); raises with probability ``payload["fail"]``;
+    kills its own process (SIGKILL) mid-job on the attempts in ``payload["kill_on"]``."""
+    execution = _started(job)
+    if job.attempts in job.payload.get("kill_on", []):
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(job.payload.get("seconds", 0))
+    if random.random() < job.payload.get("fail", 0):
+        _ended(execution, "raised")
+        raise RuntimeError(f"injected failure on attempt {job.attempts}")
+    _ended(execution, "returned")
