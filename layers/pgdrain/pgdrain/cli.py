@@ -1,4 +1,4 @@
-"""The ``pgdrain`` command: ``migrate``, ``stats``, ``requeue`` and ``janitor``.
+"""The ``pgdrain`` command: ``migrate``, ``stats``, ``requeue``, ``janitor`` and ``invoke``.
 
 Connects with ``DATABASE_URL``. Errors print one line that says what is wrong (never the
 password) and exit non-zero.
@@ -25,6 +25,10 @@ def _parser() -> argparse.ArgumentParser:
                          help="a job id (repeatable); default: every failed job")
     requeue.add_argument("--job-type", help="only failed jobs of this type")
     requeue.add_argument("--queue", help="only failed jobs in this queue")
+    from .local_invoke import add_arguments
+
+    add_arguments(commands.add_parser(
+        "invoke", help="run a function of template.yaml locally, as `sam local invoke` does"))
     return parser
 
 
@@ -41,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "invoke":
+        from .local_invoke import run
+
+        return run(args)
     from . import queue
     from .db import connect
     from .errors import ConfigError
