@@ -16,9 +16,12 @@ import pytest
 
 from pgdrain.db import Session, connect, with_database
 from pgdrain.migrate import migrate
+from pgdrain.settings import SETTINGS
 
 # Settings from the developer's shell must not leak into tests; DATABASE_URL picks the server.
-for _name in [n for n in os.environ if n.startswith("PGDRAIN_")]:
+# (Test knobs such as PGDRAIN_FUZZ_EXAMPLES and PGDRAIN_SOAK are not settings and stay.)
+for _name in [n for n in os.environ if n in {name for name, _, _ in SETTINGS}
+              and n != "DATABASE_URL"]:
     del os.environ[_name]
 
 

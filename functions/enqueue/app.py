@@ -58,7 +58,8 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Resp
 
 
 def _job_id(raw: str) -> int:
-    if not raw.isdigit() or not 0 < int(raw) < 2**63:
+    # isascii(): str.isdigit() also accepts "²" and other digits int() rejects or reads.
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) < 2**63:
         raise ApiError(400, "the job id must be a positive integer", {"id": raw[:64]})
     return int(raw)
 
@@ -156,6 +157,17 @@ def _database_down(error: Exception) -> Response:
     metrics.add_metric("DatabaseErrors", MetricUnit.Count, 1)
     logger.exception("database error")
     return _json(503, {"error": "the database is unavailable; retry with the same "
+                                "Idempotency-Key", "details": {"reason": type(error).__name__}})
+
+
+@app.exception_handler(Exception)
+def _unexpected(error: Exception) -> Response:
+    # A failure while a statement was in flight can leave the connection mid-protocol: drop
+    # it, so one bad request cannot break the container's later ones.
+    CONNECTOR.discard()
+    metrics.add_metric("InternalErrors", MetricUnit.Count, 1)
+    logger.exception("unexpected error")
+    return _json(500, {"error": "internal error; the request may be retried with the same "
                                 "Idempotency-Key", "details": {"reason": type(error).__name__}})
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -45,6 +45,11 @@ def test_missing_payload_is_an_empty_object():
         ({"delay_seconds": "5"}, "delay_seconds: must be a number"),
         ({"dedupe_key": ""}, "dedupe_key: must be a non-empty string"),
         ({"dedupe_key": "k" * 501}, "dedupe_key: must be at most 500 characters"),
+        ({"queue": "a\ud800"}, "queue: must be valid Unicode"),
+        ({"dedupe_key": "\udfff"}, "dedupe_key: must be valid Unicode"),
+        ({"payload": {"s": "\ud800"}}, "payload: must be valid Unicode"),
+        ({"run_at": datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-5)))},
+         "run_at: is out of range"),
     ],
 )
 def test_invalid_fields_are_named(kwargs, message):

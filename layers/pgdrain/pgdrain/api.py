@@ -22,6 +22,8 @@ from .queue import DEFAULT_MAX_ATTEMPTS, MAX_DEDUPE_KEY, NewJob, new_job
 from .registry import Registry
 from .settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_PAYLOAD_BYTES
 
+# Room for the ":<index>" a batch appends to each item's key.
+MAX_IDEMPOTENCY_KEY = MAX_DEDUPE_KEY - 8
 JOB_FIELDS = ("job_type", "payload", "run_at", "delay_seconds", "priority", "queue",
               "max_attempts", "dedupe_key")
 
@@ -132,6 +134,8 @@ def _decode(body: str | None, base64_encoded: bool) -> Any:
                             f"column {exc.colno}") from None
     except RecursionError:
         raise ApiError(400, "the body is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer longer than Python converts (4300 digits)
+        raise ApiError(400, f"the body is not valid JSON: {exc}"[:300]) from None
 
 
 def _reject_constant(name: str) -> Any:
@@ -141,9 +145,8 @@ def _reject_constant(name: str) -> Any:
 def _idempotency_key(header: str | None) -> str | None:
     if header is None:
         return None
-    # Room for the ":<index>" a batch appends.
-    if not header.strip() or len(header) > MAX_DEDUPE_KEY - 8 or "\x00" in header:
-        raise ApiError(422, f"the Idempotency-Key header must be 1 to {MAX_DEDUPE_KEY - 8} "
+    if not header.strip() or len(header) > MAX_IDEMPOTENCY_KEY or "\x00" in header:
+        raise ApiError(422, f"the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY} "
                             "characters without NUL", {"field": "Idempotency-Key"})
     return header
 
@@ -178,7 +181,8 @@ def _job(item: Any, index: int | None, key: str | None, registry: Registry,
     payload = item.get("payload", {})
     if not isinstance(payload, dict):
         raise invalid("payload", "must be a JSON object")
-    size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"))
     if size > limits.max_payload_bytes:
         error = invalid("payload", f"is {size} bytes; the limit is {limits.max_payload_bytes}")
         error.status = 413

@@ -14,7 +14,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from .db import Session, as_session
@@ -29,6 +29,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 MAX_TEXT = 200
 MAX_DEDUPE_KEY = 500
 MAX_ERROR_CHARS = 4000
+MAX_DELAY_SECONDS = 10 * 365 * 86400
 SMALLINT = (-32768, 32767)
 MAX_INT = 2**31 - 1
 # Lock ids for pg_advisory_xact_lock; arbitrary but fixed ("pgdrain" in ASCII, then a number).
@@ -79,6 +80,8 @@ def new_job(
             raise bad(name, f"must be at most {limit} characters")
         if "\x00" in value:
             raise bad(name, "must not contain NUL characters")
+        if not _is_utf8(value):
+            raise bad(name, "must be valid Unicode (it holds a lone surrogate)")
         return value
 
     def integer(name: str, value: Any, low: int, high: int) -> int:
@@ -96,6 +99,8 @@ def new_job(
         raise bad("payload", f"must be JSON-serialisable ({exc})") from None
     if _JSON_NUL.search(payload_json):
         raise bad("payload", "must not contain NUL characters (PostgreSQL jsonb rejects them)")
+    if "\\ud" in payload_json and not _is_utf8(json.dumps(payload, ensure_ascii=False)):
+        raise bad("payload", "must be valid Unicode (it holds a lone surrogate)")
     queue = text("queue", queue, MAX_TEXT)
     priority = integer("priority", priority, *SMALLINT)
     max_attempts = integer("max_attempts", max_attempts, 1, MAX_INT)
@@ -106,12 +111,16 @@ def new_job(
             raise bad("run_at", "must be a datetime")
         if run_at.tzinfo is None or run_at.utcoffset() is None:
             raise bad("run_at", "must carry a timezone (a naive time is ambiguous)")
+        try:
+            run_at.astimezone(UTC)
+        except OverflowError:
+            raise bad("run_at", "is out of range (years 1 to 9999 in UTC)") from None
     delay = 0.0
     if delay_seconds is not None:
         if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, int | float):
             raise bad("delay_seconds", "must be a number")
-        if not math.isfinite(delay_seconds) or not 0 <= delay_seconds <= 10 * 365 * 86400:
-            raise bad("delay_seconds", "must be between 0 and 315360000 (ten years)")
+        if not math.isfinite(delay_seconds) or not 0 <= delay_seconds <= MAX_DELAY_SECONDS:
+            raise bad("delay_seconds", f"must be between 0 and {MAX_DELAY_SECONDS} (ten years)")
         delay = float(delay_seconds)
     if dedupe_key is not None:
         dedupe_key = text("dedupe_key", dedupe_key, MAX_DEDUPE_KEY)
@@ -271,9 +280,17 @@ def snooze(conn: Any, job: Job, delay_seconds: float) -> bool:
                                 delay_seconds=delay_seconds) is not None
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def error_text(error: str) -> str:
-    """An error message fit to store: no NUL characters, at most MAX_ERROR_CHARS."""
-    error = error.replace("\x00", "\\0")
+    """An error message fit to store: valid UTF-8 without NUL, at most MAX_ERROR_CHARS."""
+    error = error.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
     return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 1] + "…"
 
 

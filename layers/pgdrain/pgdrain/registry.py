@@ -104,8 +104,9 @@ def job(
         check_model(payload)
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
-        (registry or REGISTRY).register(Handler(job_type, func, max_attempts, timeout,
-                                                transactional, payload))
+        # Not `registry or REGISTRY`: an empty Registry is falsy (it has a length).
+        target = REGISTRY if registry is None else registry
+        target.register(Handler(job_type, func, max_attempts, timeout, transactional, payload))
         return func
 
     return register

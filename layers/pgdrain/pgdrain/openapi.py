@@ -1,0 +1,513 @@
+"""The enqueue API's OpenAPI 3.1 document, built from the code that serves it.
+
+The routes are the enqueue function's; the request rules are ``pgdrain.api``'s and
+``pgdrain.queue.new_job``'s (field names, limits, defaults); ``job_type`` is an enum of the
+registered job types, and a type that declares a payload model (``@pgdrain.job(...,
+payload=Model)``) gets its payload schema from ``pgdrain.payload.json_schema``. Nothing here is
+typed twice by hand, so ``docs/openapi.json`` cannot drift from the code unnoticed: the tests
+compare it with a fresh build (``make openapi`` writes it).
+
+``python -m pgdrain.openapi [--jobs MODULES] [--output PATH]`` prints or writes the document
+for the job modules named (default: the modules pgdrain ships, not ``PGDRAIN_JOBS``, so the
+committed document does not depend on the shell it was built in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .api import JOB_FIELDS, MAX_IDEMPOTENCY_KEY, Limits
+from .models import Status
+from .queue import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    MAX_DEDUPE_KEY,
+    MAX_DELAY_SECONDS,
+    MAX_INT,
+    MAX_TEXT,
+    SMALLINT,
+)
+from .registry import DEFAULT_JOB_MODULES, Handler, Registry
+from .settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_PAYLOAD_BYTES
+
+OPENAPI_VERSION = "3.1.0"
+API_VERSION = "1.0.0"
+"""The version of the HTTP contract this document describes (not of the package)."""
+
+# Bounds the parser enforces inline; the tests check these against it (accepted at the bound,
+# refused one past it), so a change on either side fails the suite.
+"""``parse_enqueue``'s ``Idempotency-Key`` bound: a dedupe key less room for ``:<index>``."""
+MAX_JOB_ID = 2**63 - 1
+"""The largest ``bigint``, the ``id`` column's type."""
+
+NO_NUL = "^[^\\u0000]*$"
+"""A regular expression matching strings without NUL, which PostgreSQL text cannot store."""
+
+_REF = "#/components/schemas/"
+_COMPONENT_NAME = re.compile(r"[^A-Za-z0-9._-]")
+_DATE_TIME = {"type": "string", "format": "date-time"}
+_SECURITY_SCHEME = "sigv4"
+_API_KEY_SCHEME = "apiKey"
+
+
+def openapi_document(registry: Registry, *, limits: Limits | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the enqueue API for the job types in ``registry``.
+
+    ``limits`` are the size limits to state (default: the defaults, ``Limits()``; a deployment
+    may raise them with ``PGDRAIN_MAX_PAYLOAD_BYTES`` and ``PGDRAIN_MAX_BATCH``). The result is
+    plain JSON data; it depends only on its arguments, so equal inputs give equal documents.
+    """
+    limits = limits or Limits()
+    schemas: dict[str, Any] = {}
+    _job_schemas(registry, limits, schemas)
+    schemas["JobBatch"] = {
+        "title": "JobBatch",
+        "description": "Jobs inserted in one transaction: all of them, or none if any is "
+                       "invalid. With an Idempotency-Key header, item i without a dedupe_key "
+                       "of its own gets `<key>:<i>`.",
+        "type": "object",
+        "properties": {"jobs": {
+            "type": "array", "items": {"$ref": _REF + "Job"}, "minItems": 1,
+            "maxItems": limits.max_batch,
+            "description": f"At most {limits.max_batch} jobs (PGDRAIN_MAX_BATCH, default "
+                           f"{DEFAULT_MAX_BATCH}); more answers 413.",
+        }},
+        "required": ["jobs"],
+        "additionalProperties": False,
+    }
+    schemas["EnqueueResult"] = {
+        "title": "EnqueueResult",
+        "description": "The jobs' ids, in request order. `created` is present when some job was "
+                       "not created because a live job (pending or running) held its dedupe "
+                       "key: the id is then the existing job's.",
+        "type": "object",
+        "properties": {
+            "ids": {"type": "array", "items": _job_id_schema(), "minItems": 1,
+                    "maxItems": limits.max_batch},
+            "created": {"type": "array", "items": {"type": "boolean"}, "minItems": 1,
+                        "maxItems": limits.max_batch,
+                        "description": "Per job: true if inserted by this request."},
+        },
+        "required": ["ids"],
+    }
+    schemas["JobView"] = _job_view_schema()
+    schemas["GatewayError"] = {
+        "title": "GatewayError",
+        "description": "An answer from API Gateway itself; the function never ran.",
+        "type": "object",
+        "properties": {"message": {"type": "string"}},
+        "required": ["message"],
+    }
+    schemas["Error"] = {
+        "title": "Error",
+        "description": "Why the request was refused; `details` names the offending field "
+                       "(`field`, and `index` in a batch) where there is one.",
+        "type": "object",
+        "properties": {
+            "error": {"type": "string", "description": "What is wrong, for a person."},
+            "details": {"type": "object", "description": "Machine-readable specifics."},
+        },
+        "required": ["error", "details"],
+    }
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "pgdrain enqueue API",
+            "version": API_VERSION,
+            "summary": "Enqueue background jobs into pgdrain's PostgreSQL queue and look "
+                       "them up.",
+            "description": _INFO_DESCRIPTION,
+        },
+        "servers": [{
+            "url": "https://{restApiId}.execute-api.{region}.amazonaws.com/{stage}",
+            "description": "The API Gateway REST API the SAM template deploys.",
+            "variables": {
+                "restApiId": {"default": "abcdef1234", "description": "The REST API's id."},
+                "region": {"default": "eu-west-1"},
+                "stage": {"default": "v1"},
+            },
+        }],
+        "security": [{_SECURITY_SCHEME: []}],
+        "tags": [{"name": "jobs", "description": "The job queue."}],
+        "paths": _paths(),
+        "components": {
+            "schemas": schemas,
+            "parameters": {
+                "JobId": {
+                    "name": "id", "in": "path", "required": True,
+                    "description": "The job's id, as POST /jobs returned it.",
+                    "schema": _job_id_schema(),
+                },
+                "IdempotencyKey": {
+                    "name": "Idempotency-Key", "in": "header", "required": False,
+                    "description": "The single job's dedupe_key (a body dedupe_key must then "
+                                   "equal it); in a batch, `<key>:<i>` for item i without its "
+                                   "own. A repeated request while the job is live answers 200 "
+                                   "with the same id instead of a duplicate: retry with the "
+                                   "same key after a timeout or a 503.",
+                    "schema": {"type": "string", "minLength": 1,
+                               "maxLength": MAX_IDEMPOTENCY_KEY, "pattern": NO_NUL},
+                },
+            },
+            "responses": _responses(),
+            "securitySchemes": {
+                _SECURITY_SCHEME: {
+                    "type": "apiKey", "name": "Authorization", "in": "header",
+                    "x-amazon-apigateway-authtype": "awsSigv4",
+                    "description": "AWS_IAM: sign each request with AWS Signature Version 4 "
+                                   "(service `execute-api`); the caller needs "
+                                   "`execute-api:Invoke` on the route. API Gateway itself "
+                                   "answers 403 to unsigned or badly signed requests.",
+                },
+                _API_KEY_SCHEME: {
+                    "type": "apiKey", "name": "x-api-key", "in": "header",
+                    "description": "An API Gateway API key, required on every route when the "
+                                   "stack is deployed with ApiKeyRequired=true (in addition "
+                                   "to, or instead of, AWS_IAM).",
+                },
+            },
+        },
+    }
+
+
+_INFO_DESCRIPTION = (
+    "The enqueue function of pgdrain, behind API Gateway (REST, Lambda proxy integration, "
+    "AWS_IAM auth). `POST /jobs` inserts one job or a batch in one transaction and may wake the "
+    "drain; `GET /jobs/{id}` returns a job's state; `POST /jobs/{id}/retry` requeues a failed "
+    "job.\n\nEvery refusal is JSON `{\"error\": ..., \"details\": {...}}` and changes nothing. "
+    "Another method on a known path answers 405 with an `Allow` header; an unknown path "
+    "answers 404. Delivery is at least once: handlers must be safe to run twice.\n\n"
+    "Generated by `pgdrain.openapi` from the code (`make openapi`)."
+)
+
+
+def _job_id_schema() -> dict[str, Any]:
+    return {"type": "integer", "format": "int64", "minimum": 1, "maximum": MAX_JOB_ID}
+
+
+def _component_names(job_types: Sequence[str], prefix: str) -> dict[str, str]:
+    """A distinct, valid component name (``[A-Za-z0-9._-]+``) per job type."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for job_type in job_types:
+        base = f"{prefix}.{_COMPONENT_NAME.sub('_', job_type)}"
+        name, n = base, 2
+        while name in taken:
+            name, n = f"{base}.{n}", n + 1
+        taken.add(name)
+        names[job_type] = name
+    return names
+
+
+def _option_properties(handler: Handler | None) -> dict[str, Any]:
+    """The schemas of a job's fields other than job_type and payload, as new_job checks them."""
+    default_attempts = (handler.max_attempts if handler and handler.max_attempts
+                        else DEFAULT_MAX_ATTEMPTS)
+    return {
+        "run_at": {
+            "anyOf": [_DATE_TIME, {"type": "null"}],
+            "description": "When the job becomes due: an ISO 8601 date-time with a timezone "
+                           "(e.g. 2030-01-31T09:00:00Z). Default: now. Not together with "
+                           "delay_seconds.",
+        },
+        "delay_seconds": {
+            "anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS},
+                      {"type": "null"}],
+            "description": "Seconds from now (by the database's clock) until the job is due. "
+                           "Not together with run_at.",
+        },
+        "priority": {
+            "type": "integer", "minimum": SMALLINT[0], "maximum": SMALLINT[1], "default": 0,
+            "description": "Lower runs first.",
+        },
+        "queue": {
+            "type": "string", "minLength": 1, "maxLength": MAX_TEXT, "pattern": NO_NUL,
+            "default": DEFAULT_QUEUE,
+            "description": "A drain may be limited to some queues. Not blank.",
+        },
+        "max_attempts": {
+            "type": "integer", "minimum": 1, "maximum": MAX_INT, "default": default_attempts,
+            "description": "Attempts before the job lands in failed.",
+        },
+        "dedupe_key": {
+            "anyOf": [{"type": "string", "minLength": 1, "maxLength": MAX_DEDUPE_KEY,
+                       "pattern": NO_NUL}, {"type": "null"}],
+            "description": "At most one live (pending or running) job holds a key: a duplicate "
+                           "answers the live job's id instead of inserting. Not blank.",
+        },
+    }
+
+
+def _payload_limit(limits: Limits) -> str:
+    return (f"At most {limits.max_payload_bytes} bytes as compact JSON "
+            f"(PGDRAIN_MAX_PAYLOAD_BYTES, default {DEFAULT_MAX_PAYLOAD_BYTES}); more answers 413. "
+            "Strings may not contain NUL (\\u0000).")
+
+
+def _job_schemas(registry: Registry, limits: Limits, schemas: dict[str, Any]) -> None:
+    """``Job`` (one job), and per job type ``Job.<type>`` and, with a model, ``Payload.<type>``.
+
+    ``Job`` is a ``oneOf`` of the per-type schemas with a discriminator on ``job_type``.
+    """
+    job_types = registry.job_types()
+    if not job_types:
+        schemas["Job"] = _job_object(
+            "Job", "No job types are registered: every job is refused (422).",
+            {"type": "string", "minLength": 1}, {"type": "object"}, None, payload_required=False)
+        return
+    from .payload import json_schema  # only a registry with typed payloads needs it
+
+    job_names = _component_names(job_types, "Job")
+    payload_names = _component_names(job_types, "Payload")
+    for job_type in job_types:
+        handler = registry.get(job_type)
+        assert handler is not None
+        description = _handler_summary(handler)
+        payload_required = False
+        if handler.payload_model is not None:
+            model_schema = json_schema(handler.payload_model)
+            schemas[payload_names[job_type]] = model_schema
+            payload: dict[str, Any] = {"$ref": _REF + payload_names[job_type]}
+            # An omitted payload is {}, which a model with required fields refuses.
+            payload_required = bool(model_schema.get("required"))
+            description += f"\n\nThe payload must match {payload_names[job_type]}. "
+        else:
+            payload = {"type": "object", "default": {},
+                       "description": "Any JSON object; this job type declares no model."}
+            description += "\n\n"
+        description += _payload_limit(limits)
+        schemas[job_names[job_type]] = _job_object(
+            job_names[job_type], description, {"const": job_type}, payload, handler,
+            payload_required=payload_required)
+    schemas["Job"] = {
+        "title": "Job",
+        "description": "One job. The fields: " + ", ".join(JOB_FIELDS) + "; unknown fields "
+                       "are refused (422).",
+        "oneOf": [{"$ref": _REF + job_names[t]} for t in job_types],
+        "discriminator": {"propertyName": "job_type",
+                          "mapping": {t: _REF + job_names[t] for t in job_types}},
+    }
+
+
+def _job_object(title: str, description: str, job_type: dict[str, Any], payload: dict[str, Any],
+                handler: Handler | None, *, payload_required: bool) -> dict[str, Any]:
+    properties = {"job_type": {**job_type, "type": "string",
+                               "description": "The handler that runs the job."},
+                  "payload": payload, **_option_properties(handler)}
+    missing = [f for f in JOB_FIELDS if f not in properties]
+    extra = [f for f in properties if f not in JOB_FIELDS]
+    if missing or extra:  # api.JOB_FIELDS changed: describe the new field here
+        raise AssertionError(f"the OpenAPI job schema is out of step with api.JOB_FIELDS: "
+                             f"undocumented {missing}, unknown {extra}")
+    return {
+        "title": title,
+        "description": description,
+        "type": "object",
+        "properties": {f: properties[f] for f in JOB_FIELDS},
+        "required": ["job_type", "payload"] if payload_required else ["job_type"],
+        "additionalProperties": False,
+        # run_at and delay_seconds are exclusive (either may be null).
+        "not": {"required": ["run_at", "delay_seconds"],
+                "properties": {"run_at": {"type": "string"},
+                               "delay_seconds": {"type": "number"}}},
+    }
+
+
+def _handler_summary(handler: Handler) -> str:
+    doc = inspect.getdoc(handler.func)
+    first = inspect.cleandoc(doc).split("\n\n", 1)[0].strip() if doc else ""
+    return first or f"Job type `{handler.job_type}`."
+
+
+def _job_view_schema() -> dict[str, Any]:
+    """A job as ``GET /jobs/{id}`` returns it: the ``job_get`` columns less ``lease_token``."""
+
+    def nullable(schema: dict[str, Any], description: str) -> dict[str, Any]:
+        return {"anyOf": [schema, {"type": "null"}], "description": description}
+
+    integer = {"type": "integer"}
+    return {
+        "title": "JobView",
+        "description": "A job's state, lease and error history.",
+        "type": "object",
+        "properties": {
+            "id": _job_id_schema(),
+            "job_type": {"type": "string"},
+            "payload": {"description": "The stored payload: a JSON object for jobs enqueued "
+                                       "through this API."},
+            "status": {"type": "string", "enum": [s.value for s in Status]},
+            "attempts": {**integer, "minimum": 0,
+                         "description": "Attempts started (a claim spends one)."},
+            "max_attempts": {**integer, "minimum": 1},
+            "run_at": {**_DATE_TIME, "description": "When the job is (or was) due."},
+            "created_at": _DATE_TIME,
+            "queue": {"type": "string"},
+            "priority": {**integer, "minimum": SMALLINT[0], "maximum": SMALLINT[1]},
+            "claimed_at": nullable(_DATE_TIME, "When the last claim took it."),
+            "lease_expires_at": nullable(_DATE_TIME, "While running: when the janitor may "
+                                                     "reclaim it."),
+            "last_error": nullable({"type": "string"}, "The last failed attempt's error."),
+            "errors": {
+                "type": "array",
+                "description": "One entry per failed attempt, oldest first.",
+                "items": {
+                    "type": "object",
+                    "properties": {"attempt": integer, "at": _DATE_TIME,
+                                   "error": {"type": "string"}},
+                    "required": ["attempt", "at", "error"],
+                },
+            },
+            "dedupe_key": nullable({"type": "string"}, "The job's dedupe key, if any."),
+            "finished_at": nullable(_DATE_TIME, "When it became done or failed."),
+            "updated_at": _DATE_TIME,
+        },
+        "required": ["id", "job_type", "payload", "status", "attempts", "max_attempts",
+                     "run_at", "created_at", "queue", "priority", "claimed_at",
+                     "lease_expires_at", "last_error", "errors", "dedupe_key", "finished_at",
+                     "updated_at"],
+    }
+
+
+def _error(description: str, headers: dict[str, Any] | None = None, *,
+           schema: str = "Error") -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": _REF + schema}}},
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _responses() -> dict[str, Any]:
+    return {
+        "BadRequest": _error("The body is empty, not UTF-8, not valid base64 or not valid JSON; "
+                             "or the id is not a positive integer."),
+        "PayloadTooLarge": _error("A payload or a batch is over its limit "
+                                  "(`details.max_payload_bytes` or `details.max_batch`)."),
+        "UnsupportedMediaType": _error("The Content-Type is not application/json."),
+        "Unprocessable": _error("The JSON is not a valid job or batch: `details.field` names "
+                                "the offending field (and `details.index` the job in a batch)."),
+        "NotFound": _error("No job has this id."),
+        "MethodNotAllowed": _error(
+            "The path exists but not with this method (any path of the API but its operations).",
+            {"Allow": {"description": "The method the path takes.",
+                       "schema": {"type": "string"}}}),
+        "Conflict": _error("The job is not failed, so it cannot be retried (`details.status`)."),
+        "Unavailable": _error("The database is unavailable. The request may or may not have "
+                              "committed: retry with the same Idempotency-Key."),
+        "Forbidden": _error("From API Gateway: the request is not signed, or its signer may "
+                            "not invoke the route (or the API key is missing or wrong).",
+                            schema="GatewayError"),
+        "TooManyRequests": _error("From API Gateway: over the stage's throttling limits "
+                                  "(ApiThrottleRate, ApiThrottleBurst); retry with backoff.",
+                                  schema="GatewayError"),
+    }
+
+
+def _gateway_responses() -> dict[str, Any]:
+    return {"403": _ref_response("Forbidden"), "429": _ref_response("TooManyRequests")}
+
+
+def _ref_response(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/responses/{name}"}
+
+
+def _job_response(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": _REF + "JobView"}}}}
+
+
+def _paths() -> dict[str, Any]:
+    enqueued = {"application/json": {"schema": {"$ref": _REF + "EnqueueResult"}}}
+    return {
+        "/jobs": {"post": {
+            "operationId": "enqueueJobs",
+            "tags": ["jobs"],
+            "summary": "Enqueue one job, or a batch in one transaction",
+            "parameters": [{"$ref": "#/components/parameters/IdempotencyKey"}],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"oneOf": [
+                    {"$ref": _REF + "Job"}, {"$ref": _REF + "JobBatch"}]}}},
+            },
+            "responses": {
+                "201": {"description": "Created: the new jobs' ids (and `created` if some were "
+                                       "live duplicates).", "content": enqueued},
+                "200": {"description": "Nothing created: every job matched a live job's dedupe "
+                                       "key; these are the existing ids.", "content": enqueued},
+                "400": _ref_response("BadRequest"),
+                "413": _ref_response("PayloadTooLarge"),
+                "415": _ref_response("UnsupportedMediaType"),
+                "422": _ref_response("Unprocessable"),
+                "503": _ref_response("Unavailable"),
+                **_gateway_responses(),
+            },
+        }},
+        "/jobs/{id}": {
+            "parameters": [{"$ref": "#/components/parameters/JobId"}],
+            "get": {
+                "operationId": "getJob",
+                "tags": ["jobs"],
+                "summary": "A job's state, lease and error history",
+                "responses": {
+                    "200": _job_response("The job."),
+                    "400": _ref_response("BadRequest"),
+                    "404": _ref_response("NotFound"),
+                    "503": _ref_response("Unavailable"),
+                    **_gateway_responses(),
+                },
+            },
+        },
+        "/jobs/{id}/retry": {
+            "parameters": [{"$ref": "#/components/parameters/JobId"}],
+            "post": {
+                "operationId": "retryJob",
+                "tags": ["jobs"],
+                "summary": "Requeue a failed job with a fresh set of attempts, due now",
+                "responses": {
+                    "200": _job_response("The job, pending again."),
+                    "400": _ref_response("BadRequest"),
+                    "404": _ref_response("NotFound"),
+                    "409": _ref_response("Conflict"),
+                    "503": _ref_response("Unavailable"),
+                    **_gateway_responses(),
+                },
+            },
+        },
+    }
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """The document as ``docs/openapi.json`` holds it: sorted keys, two-space indent."""
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pgdrain.openapi",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", default=DEFAULT_JOB_MODULES, metavar="MODULES",
+                        help="comma-separated job modules (default: %(default)s)")
+    parser.add_argument("--output", "-o", default="-", metavar="PATH",
+                        help="where to write the document (default: standard output)")
+    args = parser.parse_args(argv)
+    from .registry import REGISTRY, load_job_modules
+
+    load_job_modules(args.jobs)
+    text = dumps(openapi_document(REGISTRY))
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
