@@ -72,15 +72,17 @@ def enqueue_through_the_api(url: str) -> list[int]:
     return ids
 
 
-def seed_line(worker: str, record: dict) -> str | None:
-    """The article's line for one of the drain's job log records, or None for other lines."""
+def seed_lines(worker: str, record: dict) -> list[str]:
+    """The article's lines for one of the drain's log records (none for other records)."""
+    if record.get("message") == "jobs done":  # the drain logs done jobs a hundred to a line
+        return [line for job in record["jobs"] for line in seed_lines(worker, job)]
     label = f"#{record.get('job_id')} {record.get('job_type')} (attempt {record.get('attempt')})"
     outcome = record.get("outcome")
     if outcome == "done":
-        return f"[{worker}] done: {label}"
+        return [f"[{worker}] done: {label}"]
     if outcome in ("retried", "failed"):
-        return f"[{worker}] failed: {label} - {record['error'].split(': ', 1)[-1]}"
-    return None
+        return [f"[{worker}] failed: {label} - {record['error'].split(': ', 1)[-1]}"]
+    return []
 
 
 def relay(worker: str, stream, lock: threading.Lock) -> None:
@@ -89,9 +91,9 @@ def relay(worker: str, stream, lock: threading.Lock) -> None:
             record = json.loads(raw)
         except ValueError:
             record = None
-        line = seed_line(worker, record) if isinstance(record, dict) else raw.rstrip()
-        if line:
-            with lock:
+        lines = seed_lines(worker, record) if isinstance(record, dict) else [raw.rstrip()]
+        with lock:
+            for line in filter(None, lines):
                 print(line, flush=True)
 
 

@@ -58,13 +58,18 @@ class _Observer:
         self.seen = 0
         self.durations: list[float] = []
         self.lags: list[float] = []
+        self.done: list[dict[str, Any]] = []
 
     def job_finished(self, job: pgdrain.Job, outcome: str, duration: float,
                      error: BaseException | None) -> None:
         fields = {"job_id": job.id, "job_type": job.job_type, "attempt": job.attempts,
                   "outcome": outcome, "duration_ms": round(duration * 1000, 1),
                   "queue": job.queue}
-        if outcome in ("retried", "failed", "snoozed") and error is not None:
+        if outcome == "done":
+            # One line per claimed batch lists its done jobs: a formatted line per job cost
+            # more than the SQL of a short job. Every other outcome gets a line of its own.
+            self.done.append(fields)
+        elif outcome in ("retried", "failed", "snoozed") and error is not None:
             fields["error"] = f"{type(error).__name__}: {error}"[:1000]
             if outcome == "snoozed":
                 logger.info("job snoozed", extra=fields)
@@ -87,6 +92,14 @@ class _Observer:
         if slot < self.SAMPLE_SIZE:
             self.durations[slot] = duration_ms
             self.lags[slot] = lag
+
+    def batch_finished(self) -> None:
+        self.log_done()
+
+    def log_done(self) -> None:
+        if self.done:
+            logger.info("jobs done", extra={"outcome": "done", "jobs": self.done})
+            self.done = []
 
     def add_metrics(self) -> None:
         for value in self.durations:
@@ -130,9 +143,12 @@ def _handler(event: Any, context: Any) -> dict[str, Any]:
         if CONNECTOR.ensure_alive():
             logger.warning("reconnected: the warm connection had died")
         observer = _Observer()
-        summary = drain(CONNECTOR, pgdrain.REGISTRY, SETTINGS,
-                        time_left=lambda: context.get_remaining_time_in_millis() / 1000,
-                        observer=observer)
+        try:
+            summary = drain(CONNECTOR, pgdrain.REGISTRY, SETTINGS,
+                            time_left=lambda: context.get_remaining_time_in_millis() / 1000,
+                            observer=observer)
+        finally:
+            observer.log_done()
         _record_metrics(summary, observer)
     except Exception as exc:
         # The connection may be mid-transaction or dead: the next invocation starts afresh.

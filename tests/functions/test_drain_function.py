@@ -170,7 +170,10 @@ def test_logs_and_metrics(load_function, conn, capsys, database_url):
     capsys.readouterr()
     app.lambda_handler({}, LambdaContext(request_id="req-123"))
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    # Done jobs are logged a hundred to a line; other outcomes one line each.
     jobs = [r for r in lines if r.get("job_id")]
+    jobs += [{**job, "correlation_id": r["correlation_id"]}
+             for r in lines if r.get("message") == "jobs done" for job in r["jobs"]]
     assert {(r["job_type"], r["outcome"], r["attempt"]) for r in jobs} == {
         ("test-noop", "done", 1), ("test-boom", "retried", 1)}
     assert all(r["correlation_id"] == "req-123" and "duration_ms" in r for r in jobs)

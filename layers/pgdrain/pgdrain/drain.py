@@ -20,7 +20,7 @@ from .errors import ConfigError, Discard, HandlerTimeout, Snooze
 from .models import Job
 from .registry import Handler, Registry
 from .settings import Settings
-from .timeouts import time_limit
+from .timeouts import TimeLimits
 
 
 @dataclass
@@ -49,15 +49,20 @@ class DrainSummary:
 
 
 class DrainObserver(Protocol):
-    """Receives each job's outcome, for logs and metrics."""
+    """Receives each job's outcome, for logs and metrics, and the end of each claimed batch."""
 
     def job_finished(self, job: Job, outcome: str, duration: float,
                      error: BaseException | None) -> None: ...
+
+    def batch_finished(self) -> None: ...
 
 
 class _NullObserver:
     def job_finished(self, job: Job, outcome: str, duration: float,
                      error: BaseException | None) -> None:
+        pass
+
+    def batch_finished(self) -> None:
         pass
 
 
@@ -85,14 +90,17 @@ def drain(
             f"PGDRAIN_LEASE_SECONDS ({settings.lease_seconds}) must be longer than the "
             f"function timeout ({time_left():.0f} s left at start): otherwise a live "
             "invocation could lose its jobs to the janitor")
-    run = _Drain(connector, registry, settings, time_left, observer or _NullObserver())
-    return run.run()
+    with TimeLimits() as limits:
+        run = _Drain(connector, registry, settings, time_left, observer or _NullObserver(),
+                     limits)
+        return run.run()
 
 
 class _Drain:
     def __init__(self, connector: Connector, registry: Registry, settings: Settings,
-                 time_left: Callable[[], float], observer: DrainObserver):
+                 time_left: Callable[[], float], observer: DrainObserver, limits: TimeLimits):
         self.connector = connector
+        self.limits = limits
         self.registry = registry
         self.settings = settings
         self.time_left = time_left
@@ -145,14 +153,16 @@ class _Drain:
                     self._release(jobs[index:])
                     return False
                 self._run_job(job, handler, min(budget, left))
+            self._flush_done()
+            return True
         except BaseException:
             # Record what finished if the connection still allows it; the error that stopped
             # the batch is the one to report (unrecorded jobs come back when leases expire).
             with suppress(Exception):
                 self._flush_done()
             raise
-        self._flush_done()
-        return True
+        finally:
+            self.observer.batch_finished()
 
     def _run_job(self, job: Job, handler: Handler, timeout: float) -> None:
         started = time.monotonic()
@@ -166,7 +176,7 @@ class _Drain:
             self._run_transactional(job, handler, timeout, started)
             return
         try:
-            with time_limit(timeout):
+            with self.limits.limit(timeout):
                 handler.func(job)
         except BaseException as exc:
             if not isinstance(exc, Exception | HandlerTimeout):
@@ -183,7 +193,7 @@ class _Drain:
         session = self.session
         session.rows("transaction_begin")
         try:
-            with time_limit(timeout):
+            with self.limits.limit(timeout):
                 handler.func(job, session.conn)
             if queue.complete(session, [job]).stale:
                 raise _StaleClaim
