@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt layers/pgdrain/requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: help demo test test-unit lint migrate clean sam-check
+.PHONY: help demo test test-unit lint migrate clean sam-check soak
 
 help: ## list the targets
 	@grep -E '^[a-z/-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -31,6 +31,10 @@ test: $(STAMP) ## run the whole suite (embedded PostgreSQL, or DATABASE_URL)
 
 test-unit: $(STAMP) ## run the tests that need no database
 	$(BIN)/python -m pytest tests/unit
+
+soak: $(STAMP) ## the reliability suite at ten times its CI size (RELIABILITY_SCALE)
+	RELIABILITY_SCALE=$${RELIABILITY_SCALE:-10} PGDRAIN_FUZZ_EXAMPLES=$${PGDRAIN_FUZZ_EXAMPLES:-1000} \
+	  $(BIN)/python -m pytest tests/reliability -s
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check .

@@ -40,16 +40,18 @@ CREATE TABLE IF NOT EXISTS seed_jobs (
 CREATE INDEX IF NOT EXISTS seed_jobs_pending_idx ON seed_jobs (run_at) WHERE status = 'pending';
 """
 
-QUIET = {"POWERTOOLS_LOG_LEVEL": "WARNING"}  # no log line per finished job
+QUIET = {"POWERTOOLS_LOG_LEVEL": "WARNING"}  # no "jobs done" lines, failures only
 # (label, worker mode, processes, batch size, extra environment)
 CONFIGS = [
     ("seed worker (1 process)", "seed", 1, 1, {}),
     ("seed worker (4 processes)", "seed", 4, 1, {}),
-    ("drain function, 1 process, batch 10", "drain", 1, 10, {}),
-    ("drain function, 2 processes, batch 10", "drain", 2, 10, {}),
-    ("drain function, 4 processes, batch 10", "drain", 4, 10, {}),
+    ("drain function, 1 process, batch 100", "drain", 1, 100, {}),
+    ("drain function, 2 processes, batch 100", "drain", 2, 100, {}),
     ("drain function, 4 processes, batch 100", "drain", 4, 100, {}),
-    ("drain function, 4 processes, batch 100, job logs off", "drain", 4, 100, QUIET),
+    ("drain function, 8 processes, batch 100", "drain", 8, 100, {}),
+    ("drain function, 4 processes, batch 10", "drain", 4, 10, {}),
+    ("drain function, 4 processes, batch 500", "drain", 4, 500, {}),
+    ("drain function, 4 processes, batch 100, logs off", "drain", 4, 100, QUIET),
     ("bare claim loop, 4 processes, batch 100", "bare", 4, 100, {}),
 ]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -80,7 +81,10 @@ class _Observer:
         else:
             logger.info("job %s", outcome, extra=fields)
         if outcome in ("done", "retried", "failed"):
-            self._sample(duration * 1000, max((job.claimed_at - job.run_at).total_seconds(), 0))
+            # run_at can be a value Python has no datetime for ('-infinity', a BC date).
+            lag = (job.claimed_at - job.run_at).total_seconds() \
+                if isinstance(job.run_at, datetime) else 0.0
+            self._sample(duration * 1000, max(lag, 0.0))
 
     def _sample(self, duration_ms: float, lag: float) -> None:
         self.seen += 1

@@ -156,9 +156,11 @@ def test_least_privilege(function):
         assert len(invoke) == 1 and '"Ref": "DrainFunction"' in invoke[0]
     else:
         assert invoke == []
-    assert by_action.pop("secretsmanager:GetSecretValue") == ['{"Fn::Sub": ["${secretArn}", '
-                                                              '{"secretArn": {"Ref": '
-                                                              '"DatabaseSecretArn"}}]}']
+    secrets = ["DatabaseSecretArn", "MigrationSecretArn"] if function == "MigrateFunction" \
+        else ["DatabaseSecretArn"]
+    assert sorted(by_action.pop("secretsmanager:GetSecretValue")) == sorted(
+        f'{{"Fn::Sub": ["${{secretArn}}", {{"secretArn": {{"Ref": "{name}"}}}}]}}'
+        for name in secrets)
     [connect] = by_action.pop("rds-db:connect")
     assert connect.endswith('dbuser:${DatabaseResourceId}/${DatabaseUser}"}')
     assert by_action == {}  # nothing else, and no "*" resources

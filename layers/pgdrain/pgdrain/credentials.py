@@ -176,6 +176,10 @@ def clear_cache() -> None:
 
 
 def _fetch_secret(env: Mapping[str, str], *, refresh: bool) -> Any:
+    # botocore logs whole response bodies at DEBUG, GetSecretValue's password included: keep
+    # its loggers above DEBUG even when the function's log level (or the root's) is DEBUG.
+    logging.getLogger("botocore").setLevel(max(logging.getLogger("botocore").level,
+                                               logging.INFO))
     arn = _get(env, "DB_SECRET_ARN")
     max_age = _max_age(env)
     try:

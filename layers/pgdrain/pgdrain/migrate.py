@@ -23,7 +23,8 @@ def migrate(conn: Any) -> list[str]:
     applied_now: list[str] = []
     with session.transaction():
         session.rows("migration_lock", lock_key=MIGRATION_LOCK_KEY)
-        session.rows("migration_create_table")
+        if not session.one("migration_table_exists")["present"]:
+            session.rows("migration_create_table")
         done = {r["version"] for r in session.rows("migration_applied")}
         for version, name, sql in migrations():
             if version in done:

@@ -242,9 +242,7 @@ def claim(
         "job_claim_batch", batch_size=batch_size, lease_seconds=lease_seconds,
         queues=list(queues) if queues else None,
     )
-    jobs = [Job(**row) for row in rows]
-    jobs.sort(key=lambda j: (j.priority, j.run_at, j.id))
-    return jobs
+    return [Job(**row) for row in rows]
 
 
 def _written(asked: Sequence[Job], rows: list[dict[str, Any]]) -> Written:

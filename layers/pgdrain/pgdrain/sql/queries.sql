@@ -51,7 +51,8 @@ SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked
 -- Claim up to :batch_size due jobs in one statement: lock them with SKIP LOCKED, flip them to
 -- running, spend an attempt and stamp the lease. The MATERIALIZED CTE runs the locking SELECT
 -- exactly once; `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` may be re-evaluated
--- by the planner and claim more than n rows.
+-- by the planner and claim more than n rows. UPDATE ... RETURNING has no order: the outer
+-- SELECT returns the batch in claim order.
 WITH due AS MATERIALIZED (
     SELECT id
     FROM jobs
@@ -61,19 +62,21 @@ WITH due AS MATERIALIZED (
     ORDER BY priority, run_at, id
     LIMIT :batch_size::int
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE jobs AS j
+    SET status           = 'running',
+        attempts         = j.attempts + 1,
+        claimed_at       = now(),
+        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
+        lease_token      = gen_random_uuid(),
+        updated_at       = now()
+    FROM due
+    WHERE j.id = due.id
+    RETURNING j.id, j.job_type, j.payload, j.attempts, j.max_attempts, j.queue, j.priority,
+              j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
+              j.lease_token::text AS lease_token, j.dedupe_key
 )
-UPDATE jobs AS j
-SET status           = 'running',
-    attempts         = j.attempts + 1,
-    claimed_at       = now(),
-    lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-    lease_token      = gen_random_uuid(),
-    updated_at       = now()
-FROM due
-WHERE j.id = due.id
-RETURNING j.id, j.job_type, j.payload, j.attempts, j.max_attempts, j.queue, j.priority,
-          j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-          j.lease_token::text AS lease_token, j.dedupe_key
+SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_complete_batch
 -- Mark claimed jobs done. Each row is guarded by its claim (running, same lease token); the
@@ -230,7 +233,8 @@ ORDER BY queue, status
 SELECT version FROM pgdrain_migrations ORDER BY version
 
 -- name: migration_create_table
--- The record of applied migrations.
+-- The record of applied migrations (run only when migration_table_exists says it is missing,
+-- so an up-to-date schema needs no CREATE privilege).
 CREATE TABLE IF NOT EXISTS pgdrain_migrations (
     version    int PRIMARY KEY,
     name       text NOT NULL,
@@ -244,6 +248,10 @@ SELECT pg_advisory_xact_lock(:lock_key::bigint)
 -- name: migration_record
 -- Record one applied migration.
 INSERT INTO pgdrain_migrations (version, name) VALUES (:version::int, :name::text)
+
+-- name: migration_table_exists
+-- Whether the record of applied migrations exists yet.
+SELECT to_regclass('pgdrain_migrations') IS NOT NULL AS present
 
 -- name: transaction_begin
 -- Open a transaction on a connection pgdrain owns (pg8000's native API autocommits).
