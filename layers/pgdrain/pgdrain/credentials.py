@@ -37,7 +37,7 @@ import pg8000.native
 
 from .db import _SSLMODES, ConnectParams, connect, parse_database_url
 from .errors import ConfigError, DatabaseConnectError
-from .settings import DEFAULT_SECRET_MAX_AGE_SECONDS
+from .settings import DEFAULT_SECRET_MAX_AGE_SECONDS, flag
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,6 @@ RDS_CA_BUNDLE_URL = "https://truststore.pki.rds.amazonaws.com/global/global-bund
 # invalid_password, invalid_authorization_specification (e.g. no pg_hba.conf entry / rejected)
 AUTH_FAILURE_SQLSTATES = frozenset({"28P01", "28000"})
 
-_TRUE = frozenset({"1", "true", "yes"})
-_FALSE = frozenset({"", "0", "false", "no"})
 # <name>.<id>.<region>.rds.amazonaws.com (also RDS Proxy endpoints; .cn in China)
 _RDS_HOST = re.compile(r"\.([a-z]{2}(?:-[a-z]+)+-\d)\.rds\.amazonaws\.com(?:\.cn)?$")
 
@@ -74,7 +72,7 @@ def credential_mode(env: Mapping[str, str] | None = None) -> Mode:
         return "url"
     if _get(env, "DB_SECRET_ARN"):
         return "secret"
-    if _flag(env, "DB_IAM_AUTH"):
+    if flag(env, "DB_IAM_AUTH"):
         return "iam"
     raise ConfigError(f"no database configured: {SETUP_HINT}")
 
@@ -356,15 +354,6 @@ def _port(raw: Any, name: str) -> int:
     if not 0 < port < 65536:
         raise ConfigError(f"{name} must be a port number, got {port}")
     return port
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = _get(env, name).lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise ConfigError(f"{name} must be true or false (1/true/yes, 0/false/no), got {raw!r}")
 
 
 def _get(env: Mapping[str, str], name: str) -> str:

@@ -175,8 +175,8 @@ class Settings:
             job_timeout_seconds=_number(
                 env, "PGDRAIN_JOB_TIMEOUT_SECONDS", DEFAULT_JOB_TIMEOUT_SECONDS),
             job_modules=env.get("PGDRAIN_JOBS") or None,
-            tracing=_flag(env, "PGDRAIN_TRACING"),
-            prepared_statements=_flag(env, "PGDRAIN_PREPARED_STATEMENTS", default=True),
+            tracing=flag(env, "PGDRAIN_TRACING"),
+            prepared_statements=flag(env, "PGDRAIN_PREPARED_STATEMENTS", default=True),
             backoff=backoff,
         )
 
@@ -194,7 +194,8 @@ def _integer(env: Mapping[str, str], name: str, default: int, minimum: int) -> i
     return value
 
 
-def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+def flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    """A boolean setting: 1/true/yes/on or 0/false/no/off (any case); unset is ``default``."""
     raw = env.get(name, "").strip().lower()
     if not raw:
         return default
