@@ -80,3 +80,46 @@ def test_overlapping_janitor_skips_instead_of_waiting(conn, connect_to, sql):
     assert pgdrain.run_janitor(conn, SETTINGS) == pgdrain.JanitorResult(ran=False)
     other.run("COMMIT")
     assert pgdrain.run_janitor(conn, SETTINGS).reclaimed == 1
+
+
+def _dead_rows(conn, sql, n):
+    pgdrain.enqueue_many(conn, [{"job_type": "x"}] * n)
+    pgdrain.complete(conn, pgdrain.claim(conn, batch_size=n, lease_seconds=60))
+    sql("SELECT pg_stat_force_next_flush()")  # publish this session's counters now
+    sql("SELECT 1")
+
+
+def test_the_drain_vacuums_jobs_when_dead_rows_pile_up(conn, sql):
+    _dead_rows(conn, sql, 300)
+    off = pgdrain.Settings(vacuum_dead_tuples=0)
+    assert pgdrain.queue.vacuum_if_due(conn, off) is False
+    settings = pgdrain.Settings(vacuum_dead_tuples=100, vacuum_interval_seconds=0)
+    assert pgdrain.queue.vacuum_if_due(conn, settings) is True
+    [row] = sql("SELECT last_vacuum IS NOT NULL AS vacuumed FROM pg_stat_user_tables "
+                "WHERE relname = 'jobs'")
+    assert row["vacuumed"]
+    # Not again within the interval, however many dead rows come.
+    _dead_rows(conn, sql, 300)
+    later = pgdrain.Settings(vacuum_dead_tuples=100, vacuum_interval_seconds=3600)
+    assert pgdrain.queue.vacuum_if_due(conn, later) is False
+
+
+def test_a_role_that_may_not_vacuum_is_skipped_without_an_error(conn, sql, database_url):
+    from pgdrain.db import connect
+
+    _dead_rows(conn, sql, 300)
+    role = f"pgdrain_novac_{database_url.rsplit('/', 1)[-1].split('?')[0][-8:]}"
+    sql(f"CREATE ROLE {role} LOGIN")
+    try:
+        sql(f"GRANT SELECT, UPDATE, DELETE ON jobs TO {role}")
+        as_role = connect(database_url.replace("postgres@", f"{role}@", 1)
+                          .replace("postgres:@", f"{role}:@", 1))
+        try:
+            assert as_role.run("SELECT current_user") == [[role]]
+            settings = pgdrain.Settings(vacuum_dead_tuples=100, vacuum_interval_seconds=0)
+            assert pgdrain.queue.vacuum_if_due(as_role, settings) is True  # ran, and skipped
+        finally:
+            as_role.close()
+    finally:
+        sql(f"DROP OWNED BY {role}")
+        sql(f"DROP ROLE {role}")

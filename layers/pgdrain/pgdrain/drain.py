@@ -41,6 +41,8 @@ class DrainSummary:
     """Finishing writes that changed nothing because the claim had been lost."""
     reclaimed_failed: int = 0
     purged: int = 0
+    vacuumed: int = 0
+    """1 if this drain vacuumed the jobs table (PGDRAIN_VACUUM_DEAD_TUPLES)."""
     stopped: str = "empty"
     """Why the drain stopped: empty, max_jobs or deadline."""
 
@@ -119,6 +121,7 @@ class _Drain:
         self.summary.reclaimed = janitor.reclaimed + janitor.failed
         self.summary.reclaimed_failed = janitor.failed
         self.summary.purged = janitor.purged
+        self.summary.vacuumed = int(queue.vacuum_if_due(self.session, self.settings))
         while True:
             room = self.settings.max_jobs - self.summary.claimed
             if room <= 0:

@@ -355,6 +355,26 @@ def run_janitor(conn: Any, settings: Settings) -> JanitorResult:
     return JanitorResult(ran=True, reclaimed=reclaimed, failed=failed, purged=purged)
 
 
+def vacuum_if_due(conn: Any, settings: Settings) -> bool:
+    """Vacuum ``jobs`` when dead row versions have piled up; True if a vacuum ran.
+
+    Every claim and finish leaves a dead version of its row and a dead entry at the front of
+    the claim's index, and autovacuum wakes only every ``autovacuum_naptime`` (60 s by
+    default): at thousands of jobs a second the claim then reads thousands of dead entries
+    (docs/benchmarks.md, growth). Run it outside any transaction. Without ownership of the
+    table (or PostgreSQL 17's MAINTAIN) the server skips it with a warning.
+    """
+    if settings.vacuum_dead_tuples <= 0:
+        return False
+    session = as_session(conn)
+    row = session.one("jobs_vacuum_due", dead_tuples=settings.vacuum_dead_tuples,
+                      interval_seconds=settings.vacuum_interval_seconds)
+    if not (row and row["due"]):
+        return False
+    session.rows("jobs_vacuum")
+    return True
+
+
 def _purge_batch(session: Session, settings: Settings) -> int:
     row = session.one("job_purge_done_batch", retention_seconds=settings.retention_seconds,
                       limit=settings.purge_batch_size)

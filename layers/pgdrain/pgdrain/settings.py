@@ -22,6 +22,8 @@ DEFAULT_PURGE_BATCH_SIZE = 1000
 DEFAULT_PURGE_MAX_BATCHES = 10
 DEFAULT_RECLAIM_BATCH_SIZE = 1000
 DEFAULT_MAX_JOBS = 1000
+DEFAULT_VACUUM_DEAD_TUPLES = 50_000
+DEFAULT_VACUUM_INTERVAL_SECONDS = 10.0
 DEFAULT_SAFETY_MARGIN_SECONDS = 2.0
 DEFAULT_JOB_TIMEOUT_SECONDS = 30.0
 
@@ -102,6 +104,11 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
      "Purge batches per janitor pass"),
     ("PGDRAIN_RECLAIM_BATCH_SIZE", str(DEFAULT_RECLAIM_BATCH_SIZE),
      "Expired leases reclaimed per janitor pass"),
+    ("PGDRAIN_VACUUM_DEAD_TUPLES", str(DEFAULT_VACUUM_DEAD_TUPLES),
+     "The drain vacuums jobs itself past this many dead row versions (0: leave it to "
+     "autovacuum); needs the table's owner or MAINTAIN"),
+    ("PGDRAIN_VACUUM_INTERVAL_SECONDS", str(DEFAULT_VACUUM_INTERVAL_SECONDS),
+     "Least time between two vacuums of jobs"),
     ("PGDRAIN_BACKOFF_BASE_SECONDS", str(DEFAULT_BASE_SECONDS),
      "Delay after the first failed attempt; doubles with each attempt"),
     ("PGDRAIN_BACKOFF_CAP_SECONDS", str(DEFAULT_CAP_SECONDS), "Longest retry delay"),
@@ -124,6 +131,8 @@ class Settings:
     purge_max_batches: int = DEFAULT_PURGE_MAX_BATCHES
     reclaim_batch_size: int = DEFAULT_RECLAIM_BATCH_SIZE
     max_jobs: int = DEFAULT_MAX_JOBS
+    vacuum_dead_tuples: int = DEFAULT_VACUUM_DEAD_TUPLES
+    vacuum_interval_seconds: float = DEFAULT_VACUUM_INTERVAL_SECONDS
     safety_margin_seconds: float = DEFAULT_SAFETY_MARGIN_SECONDS
     job_timeout_seconds: float = DEFAULT_JOB_TIMEOUT_SECONDS
     job_modules: str | None = None
@@ -136,7 +145,8 @@ class Settings:
                      "max_jobs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("retention_seconds", "purge_max_batches", "safety_margin_seconds"):
+        for name in ("retention_seconds", "purge_max_batches", "safety_margin_seconds",
+                     "vacuum_dead_tuples", "vacuum_interval_seconds"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
         if not self.job_timeout_seconds > 0:
@@ -170,6 +180,10 @@ class Settings:
             reclaim_batch_size=_integer(
                 env, "PGDRAIN_RECLAIM_BATCH_SIZE", DEFAULT_RECLAIM_BATCH_SIZE, 1),
             max_jobs=_integer(env, "PGDRAIN_MAX_JOBS", DEFAULT_MAX_JOBS, 1),
+            vacuum_dead_tuples=_integer(
+                env, "PGDRAIN_VACUUM_DEAD_TUPLES", DEFAULT_VACUUM_DEAD_TUPLES, 0),
+            vacuum_interval_seconds=_number(
+                env, "PGDRAIN_VACUUM_INTERVAL_SECONDS", DEFAULT_VACUUM_INTERVAL_SECONDS),
             safety_margin_seconds=_number(
                 env, "PGDRAIN_SAFETY_MARGIN_SECONDS", DEFAULT_SAFETY_MARGIN_SECONDS),
             job_timeout_seconds=_number(

@@ -228,6 +228,21 @@ FROM jobs
 GROUP BY queue, status
 ORDER BY queue, status
 
+-- name: jobs_vacuum
+-- Vacuum the jobs table now, skipping it if another vacuum holds it. Outside any transaction.
+-- A role that neither owns the table nor holds MAINTAIN (PostgreSQL 17) gets a warning and
+-- nothing happens.
+VACUUM (SKIP_LOCKED) jobs
+
+-- name: jobs_vacuum_due
+-- Whether enough dead row versions have piled up since the last vacuum (manual or auto) to
+-- vacuum now: every claim and finish leaves one, and the claim reads past them.
+SELECT COALESCE(n_dead_tup, 0) >= :dead_tuples::bigint
+       AND COALESCE(GREATEST(last_vacuum, last_autovacuum), '-infinity')
+           < now() - make_interval(secs => :interval_seconds::float8) AS due
+FROM pg_stat_user_tables
+WHERE relid = 'jobs'::regclass
+
 -- name: migration_applied
 -- The versions already applied.
 SELECT version FROM pgdrain_migrations ORDER BY version
