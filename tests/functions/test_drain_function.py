@@ -273,3 +273,16 @@ def test_without_prepared_statements_the_drain_leaves_no_session_state(load_func
     prepared.lambda_handler({}, LambdaContext())
     assert prepared.CONNECTOR.session().conn.run(
         "SELECT count(*) FROM pg_prepared_statements")[0][0] > 0
+
+
+def test_the_drain_vacuums_jobs_when_dead_rows_pile_up(load_function, conn, sql):
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 200)
+    app = load_function("drain", PGDRAIN_VACUUM_DEAD_TUPLES="100",
+                        PGDRAIN_VACUUM_INTERVAL_SECONDS="0")
+    assert app.lambda_handler({}, LambdaContext())["done"] == 200
+    app.CONNECTOR.session().conn.run("SELECT pg_stat_force_next_flush()")
+    app.CONNECTOR.session().conn.run("SELECT 1")
+    summary = app.lambda_handler({}, LambdaContext())  # prepared statements: VACUUM too
+    assert summary["vacuumed"] == 1
+    assert sql("SELECT last_vacuum IS NOT NULL AS v FROM pg_stat_user_tables "
+               "WHERE relname = 'jobs'")[0]["v"]
