@@ -27,27 +27,6 @@ from pgdrain.errors import DatabaseConnectError
 
 
 @pytest.fixture
-def aws(monkeypatch):
-    """Fake AWS credentials, a moto account, and no cached secret or client before or after."""
-    from moto import mock_aws
-
-    for name in ("AWS_PROFILE", "AWS_REGION", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN",
-                 "AWS_SESSION_TOKEN"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    credentials.clear_cache()
-    with mock_aws():
-        import boto3
-
-        yield boto3.client("secretsmanager")
-    credentials.clear_cache()
-
-
-@pytest.fixture
 def attempts(monkeypatch) -> list[ConnectParams]:
     """Every ConnectParams that connect_from_env tries, in order (the real connect runs)."""
     seen: list[ConnectParams] = []

@@ -38,7 +38,6 @@ from tests.support.functions import load_event
 # Fixtures shared with the function tests and the credential tests.
 function_env = function_fixtures.function_env
 load_function = function_fixtures.load_function
-aws = credential_tests.aws
 db = credential_tests.db
 password_role = credential_tests.password_role
 Coordinates = credential_tests.Coordinates

@@ -39,27 +39,6 @@ RDS_SECRET = {
 IAM_ENV = {"DB_IAM_AUTH": "true", "DB_HOST": RDS_HOST, "DB_USER": "app", "DB_NAME": "appdb"}
 
 
-@pytest.fixture
-def aws(monkeypatch):
-    """Fake AWS credentials, a moto account, and no cached secret or client before or after."""
-    from moto import mock_aws
-
-    for name in ("AWS_PROFILE", "AWS_REGION", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN",
-                 "AWS_SESSION_TOKEN"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    credentials.clear_cache()
-    with mock_aws():
-        import boto3
-
-        yield boto3.client("secretsmanager")
-    credentials.clear_cache()
-
-
 def _secret(sm, value, name="pgdrain/db") -> str:
     text = value if isinstance(value, str) else json.dumps(value)
     return sm.create_secret(Name=name, SecretString=text)["ARN"]
