@@ -81,21 +81,23 @@ class _Observer:
         else:
             logger.info("job %s", outcome, extra=fields)
         if outcome in ("done", "retried", "failed"):
-            # run_at can be a value Python has no datetime for ('-infinity', a BC date).
-            lag = (job.claimed_at - job.run_at).total_seconds() \
-                if isinstance(job.run_at, datetime) else 0.0
-            self._sample(duration * 1000, max(lag, 0.0))
+            self._sample(job, duration)
 
-    def _sample(self, duration_ms: float, lag: float) -> None:
+    def _sample(self, job: pgdrain.Job, duration: float) -> None:
         self.seen += 1
         if len(self.durations) < self.SAMPLE_SIZE:
-            self.durations.append(duration_ms)
-            self.lags.append(lag)
-            return
-        slot = random.randrange(self.seen)  # reservoir sampling: every job equally likely
-        if slot < self.SAMPLE_SIZE:
-            self.durations[slot] = duration_ms
-            self.lags[slot] = lag
+            slot = len(self.durations)
+            self.durations.append(0.0)
+            self.lags.append(0.0)
+        else:
+            slot = random.randrange(self.seen)  # reservoir sampling: every job equally likely
+            if slot >= self.SAMPLE_SIZE:
+                return
+        # run_at can be a value Python has no datetime for ('-infinity', a BC date).
+        lag = (job.claimed_at - job.run_at).total_seconds() \
+            if isinstance(job.run_at, datetime) else 0.0
+        self.durations[slot] = duration * 1000
+        self.lags[slot] = max(lag, 0.0)
 
     def batch_finished(self) -> None:
         self.log_done()

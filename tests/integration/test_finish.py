@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 import pgdrain
 from pgdrain.policy import Backoff
 
@@ -104,3 +106,15 @@ def test_stale_worker_changes_nothing(conn, sql):
 
     assert pgdrain.complete(conn, [fresh]).ids == (fresh.id,)
     assert pgdrain.complete(conn, [fresh]).stale == (fresh.id,)  # a second finish is stale too
+
+
+def test_a_lease_token_that_is_not_a_uuid_never_reaches_the_sql(conn, sql):
+    from dataclasses import replace
+
+    pgdrain.enqueue(conn, "x")
+    job = claim_one(conn)
+    forged = replace(job, lease_token="x}, {1")
+    with pytest.raises(ValueError, match="not a UUID"):
+        pgdrain.complete(conn, [forged])
+    assert sql("SELECT status FROM jobs")[0]["status"] == "running"
+    assert pgdrain.complete(conn, [job]).ids == (job.id,)

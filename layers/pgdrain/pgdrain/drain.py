@@ -251,10 +251,11 @@ class _Drain:
         buffered, self.done_buffer = self.done_buffer, []
         written = queue.complete(self.session, [job for job, _ in buffered])
         stale = set(written.stale)
+        self.summary.done += len(buffered) - len(stale)
+        self.summary.stale += len(stale)
+        job_finished = self.observer.job_finished
         for job, duration in buffered:
-            outcome = "stale" if job.id in stale else "done"
-            setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
-            self.observer.job_finished(job, outcome, duration, None)
+            job_finished(job, "stale" if job.id in stale else "done", duration, None)
 
     def _release(self, jobs: list[Job]) -> None:
         written = queue.release(self.session, jobs)
