@@ -1,7 +1,7 @@
 """One benchmark worker process: ``python bench/worker.py MODE``.
 
-It imports and connects first, prints READY, waits for a line on stdin, drains until the
-queue is empty, and prints DONE. Modes:
+It imports and connects first, prints READY (on stderr: stdout carries the function's logs),
+waits for a line on stdin, drains until the queue is empty, and prints DONE. Modes:
 
 - ``drain``: the drain function's ``lambda_handler`` invoked in a loop, as Lambda would;
 - ``bare``: pgdrain.claim + complete with prepared statements, no Lambda plumbing;
@@ -63,10 +63,10 @@ def main(mode: str) -> None:
                 conn.run(SEED_COMPLETE, id=rows[0][0])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
-    print("READY", flush=True)
+    print("READY", file=sys.stderr, flush=True)
     sys.stdin.readline()
     run()
-    print("DONE", flush=True)
+    print("DONE", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
