@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 from urllib.parse import urlsplit
 
@@ -286,3 +287,26 @@ def test_the_drain_vacuums_jobs_when_dead_rows_pile_up(load_function, conn, sql)
     assert summary["vacuumed"] == 1
     assert sql("SELECT last_vacuum IS NOT NULL AS v FROM pg_stat_user_tables "
                "WHERE relname = 'jobs'")[0]["v"]
+
+
+def test_tracing_sends_the_drain_to_the_xray_daemon(drain_process, conn, tmp_path):
+    # In its own process: the Tracer patches botocore and friends process-wide.
+    pgdrain.enqueue(conn, "test-noop")
+    daemon = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    daemon.bind(("127.0.0.1", 0))
+    daemon.settimeout(10)
+    trace_id = "1-5759e988-bd862e3fe1be46a994272793"
+    process = drain_process(
+        10, PGDRAIN_TRACING="true", LAMBDA_TASK_ROOT=str(tmp_path),
+        AWS_XRAY_DAEMON_ADDRESS=f"127.0.0.1:{daemon.getsockname()[1]}",
+        _X_AMZN_TRACE_ID=f"Root={trace_id};Parent=53995c3f42cd8ad8;Sampled=1")
+    assert summary_of(process)["done"] == 1
+    documents = []
+    with daemon:
+        while not any(d.get("name", "").startswith("## ") for d in documents):
+            header, _, body = daemon.recv(65536).decode().partition("\n")
+            assert json.loads(header) == {"format": "json", "version": 1}
+            documents.append(json.loads(body))
+    handler = next(d for d in documents if d["name"].startswith("## "))
+    assert handler["trace_id"] == trace_id
+    assert handler["annotations"]["ColdStart"] is True

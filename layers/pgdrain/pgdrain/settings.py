@@ -93,7 +93,8 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
      "Prepare the drain's statements once per connection (false behind a pooler such as RDS "
      "Proxy: named prepared statements are session state)"),
     ("PGDRAIN_TRACING", "false",
-     "true: trace the drain with Powertools' Tracer (needs aws-xray-sdk; adds ~1 s cold start)"),
+     "true: trace the drain with Powertools' Tracer (X-Ray; the layer ships aws-xray-sdk; "
+     "adds ~1 s cold start)"),
     ("PGDRAIN_JOBS", "pgdrain_jobs.examples,pgdrain_jobs.webhook",
      "Comma-separated modules whose @pgdrain.job handlers the functions load"),
     ("PGDRAIN_QUEUES", "(all queues)", "Comma-separated queues to drain"),
