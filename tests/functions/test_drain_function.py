@@ -81,6 +81,69 @@ def test_two_seconds_left_with_one_second_jobs(load_function, conn, sql):
     assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'running'")[0]["n"] == 0
 
 
+def test_a_budget_longer_than_the_function_can_give_does_not_block_the_queue(
+        load_function, conn, sql, caplog):
+    # test-long declares 300 s; this function has 10. Released every time, it would sit at the
+    # head of the queue for ever: it runs as an invocation's first job, with the time left.
+    ids = [j.id for j in pgdrain.enqueue_many(conn, [
+        {"job_type": "test-long", "payload": {"seconds": 0.1}},
+        {"job_type": "test-long", "payload": {"seconds": 0.1}},
+        {"job_type": "test-noop"}])]
+    app = load_function("drain", PGDRAIN_SAFETY_MARGIN_SECONDS="1")
+    first = app.lambda_handler({}, LambdaContext(timeout_seconds=10))
+    assert (first["done"], first["released"], first["stopped"]) == (1, 2, "deadline")
+    assert "has a 300 s time budget, more than this function can give" in caplog.text
+    second = app.lambda_handler({}, LambdaContext(timeout_seconds=10))
+    assert second["done"] == 2
+    rows = sql("SELECT id, status, attempts FROM jobs ORDER BY id")
+    assert [(r["id"], r["status"], r["attempts"]) for r in rows] == [
+        (ids[0], "done", 1), (ids[1], "done", 1), (ids[2], "done", 1)]
+
+
+# SystemExit passes the function's error metric by; Powertools then warns of an empty flush.
+@pytest.mark.filterwarnings("ignore:No application metrics to publish:UserWarning")
+def test_a_drain_stopped_mid_batch_hands_back_the_jobs_it_never_started(
+        load_function, conn, sql):
+    ids = [j.id for j in pgdrain.enqueue_many(conn, [
+        {"job_type": "test-noop"}, {"job_type": "test-exit"}, {"job_type": "test-noop"},
+        {"job_type": "test-noop"}])]
+    app = load_function("drain")
+    with pytest.raises(SystemExit):
+        app.lambda_handler({}, LambdaContext())
+    rows = {r["id"]: (r["status"], r["attempts"]) for r in sql("SELECT * FROM jobs")}
+    # Done is recorded, the job that stopped the drain waits for its lease, the rest are
+    # pending again with their attempt refunded (not left running to lose it to the janitor).
+    assert rows == {ids[0]: ("done", 1), ids[1]: ("running", 1), ids[2]: ("pending", 0),
+                    ids[3]: ("pending", 0)}
+
+
+@pytest.mark.parametrize("seconds", ["inf", "nan", 1e17])
+def test_an_impossible_snooze_is_that_attempts_failure(load_function, conn, sql, seconds):
+    snoozer = pgdrain.enqueue(conn, "test-snooze", {"seconds": seconds}).id
+    after = pgdrain.enqueue(conn, "test-noop").id
+    summary = load_function("drain").lambda_handler({}, LambdaContext())
+    assert (summary["retried"], summary["done"]) == (1, 1)
+    rows = {r["id"]: r for r in sql("SELECT id, status, last_error FROM jobs")}
+    assert rows[snoozer]["status"] == "pending"
+    assert rows[snoozer]["last_error"].startswith(
+        "ValueError: Snooze delay_seconds must be at most 315360000 (ten years)")
+    assert rows[after]["status"] == "done"
+
+
+def test_a_transactional_job_whose_commit_fails_is_retried(load_function, conn, sql):
+    sql("CREATE TABLE parents (id bigint PRIMARY KEY)")
+    sql("CREATE TABLE children (parent bigint REFERENCES parents "
+        "DEFERRABLE INITIALLY DEFERRED)")
+    orphan = pgdrain.enqueue(conn, "test-orphan").id
+    after = pgdrain.enqueue(conn, "test-noop").id
+    summary = load_function("drain").lambda_handler({}, LambdaContext())
+    assert (summary["retried"], summary["done"]) == (1, 1)
+    rows = {r["id"]: r for r in sql("SELECT id, status, last_error FROM jobs")}
+    assert rows[orphan]["status"] == "pending" and "23503" in rows[orphan]["last_error"]
+    assert rows[after]["status"] == "done"
+    assert sql("SELECT count(*) AS n FROM children")[0]["n"] == 0
+
+
 def test_max_jobs_bounds_one_invocation(load_function, conn):
     pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 7)
     app = load_function("drain", PGDRAIN_MAX_JOBS="5", PGDRAIN_BATCH_SIZE="2")
@@ -225,6 +288,16 @@ def test_killed_mid_job_is_reclaimed_and_finished_by_a_later_drain(drain_process
     [row] = sql("SELECT status, attempts, last_error FROM jobs")
     assert (row["status"], row["attempts"]) == ("done", 2)
     assert row["last_error"].startswith("lease expired")
+
+
+def test_a_job_that_ran_a_while_is_recorded_done_before_the_next_one_starts(
+        drain_process, conn, sql):
+    # The next job kills the process; the one before it, which took longer than the done
+    # writes are ever held, must not come back to run again (or fail out of attempts).
+    first = pgdrain.enqueue(conn, "test-sleep", {"seconds": 0.2}, max_attempts=1).id
+    pgdrain.enqueue(conn, "test-kill")
+    drain_process(10, PGDRAIN_BATCH_SIZE="2").wait(timeout=60)
+    assert sql("SELECT status FROM jobs WHERE id = :id", id=first)[0]["status"] == "done"
 
 
 def test_a_job_that_kills_every_drain_ends_failed(drain_process, conn, sql):

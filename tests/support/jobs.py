@@ -76,3 +76,21 @@ def typed(job: pgdrain.Job) -> None:
     """Fails unless the handler received the parsed model (not the raw dict)."""
     if not isinstance(job.payload, Greeting):
         raise TypeError(f"expected a Greeting, got {type(job.payload).__name__}")
+
+
+@pgdrain.job("test-long", timeout=300)
+def long_budget(job: pgdrain.Job) -> None:
+    """Declares a budget longer than the tests' functions can give; sleeps payload["seconds"]."""
+    time.sleep(job.payload.get("seconds", 0))
+
+
+@pgdrain.job("test-exit", timeout=5)
+def exit_drain(job: pgdrain.Job) -> None:
+    """Raises SystemExit: not the job's failure, it stops the drain itself."""
+    raise SystemExit("stopping the drain")
+
+
+@pgdrain.job("test-orphan", timeout=5, transactional=True)
+def orphan(job: pgdrain.Job, conn) -> None:
+    """Inserts a child whose parent is missing: the deferred foreign key fails at COMMIT."""
+    conn.run("INSERT INTO children (parent) VALUES (:id)", id=job.id)

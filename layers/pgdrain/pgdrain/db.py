@@ -283,6 +283,11 @@ class Connector:
             self._session = Session(self._connect(), prepare=self._prepare)
         return self._session
 
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open (it may still have died since it was last used)."""
+        return self._session is not None
+
     def ensure_alive(self) -> bool:
         """Ping a reused connection; replace it once if it is dead. True if replaced."""
         if self._session is None:

@@ -8,6 +8,7 @@ for logs and metrics.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -21,6 +22,14 @@ from .models import Job
 from .registry import Handler, Registry
 from .settings import Settings
 from .timeouts import TimeLimits
+
+log = logging.getLogger(__name__)
+
+# Done writes are grouped to spare a round trip per quick job, but never held longer than this
+# after the oldest unwritten job started: if the process dies mid-batch (out of memory, a
+# kill), only jobs finished within this window run again, instead of the whole batch so far.
+# Any job that ran this long gets its done written before the next one starts.
+DONE_WRITE_WINDOW_SECONDS = 0.05
 
 
 @dataclass
@@ -85,7 +94,9 @@ def drain(
     ``time_left`` returns the seconds until the invocation's deadline. The drain never starts a
     job whose time budget (its handler's timeout, or ``job_timeout_seconds``) does not fit in
     the time left minus ``safety_margin_seconds``; jobs it claimed but cannot start are
-    released with their attempt refunded, and the drain stops.
+    released with their attempt refunded, and the drain stops. A budget longer than a whole
+    invocation can give never fits: such a job runs as an invocation's first job, cut to the
+    time it has left, so that it cannot block the queue.
     """
     if time_left() >= settings.lease_seconds:
         raise ConfigError(
@@ -109,8 +120,12 @@ class _Drain:
         self.observer = observer
         self.summary = DrainSummary()
         self.done_buffer: list[tuple[Job, float]] = []
+        self.done_buffer_since = 0.0
+        self.started = 0
+        # The most any job can get in this invocation: budgets beyond it are cut to it.
+        self.capacity = time_left() - settings.safety_margin_seconds
         budgets = [h.timeout for h in registry if h.timeout is not None]
-        self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
+        self.smallest_budget = min([*budgets, settings.job_timeout_seconds, self.capacity])
 
     @property
     def session(self) -> Session:
@@ -143,6 +158,7 @@ class _Drain:
 
     def _run_batch(self, jobs: list[Job]) -> bool:
         """Run a claimed batch; False if the deadline stopped it (the rest was released)."""
+        index = 0
         try:
             for index, job in enumerate(jobs):
                 handler = self.registry.get(job.job_type)
@@ -151,21 +167,44 @@ class _Drain:
                     continue
                 budget = handler.timeout or self.settings.job_timeout_seconds
                 left = self.time_left() - self.settings.safety_margin_seconds
-                if left < budget:
+                if left < budget and not self._runs_cut_short(job, budget, left):
                     self._flush_done()
                     self._release(jobs[index:])
                     return False
+                self.started += 1
                 self._run_job(job, handler, min(budget, left))
+                if (self.done_buffer and time.monotonic() - self.done_buffer_since
+                        >= DONE_WRITE_WINDOW_SECONDS):
+                    self._flush_done()
             self._flush_done()
             return True
         except BaseException:
-            # Record what finished if the connection still allows it; the error that stopped
-            # the batch is the one to report (unrecorded jobs come back when leases expire).
-            with suppress(Exception):
-                self._flush_done()
+            # Record what finished and hand back what never started, if the connection is
+            # still there (no reconnecting on the way out: the deadline may be near). The error
+            # that stopped the batch is the one to report; the job it stopped in, and anything
+            # not written, comes back when its lease expires.
+            if self.connector.connected:
+                with suppress(Exception):
+                    self._flush_done()
+                    self._release(jobs[index + 1:])
             raise
         finally:
             self.observer.batch_finished()
+
+    def _runs_cut_short(self, job: Job, budget: float, left: float) -> bool:
+        """Whether a job whose budget exceeds the time left runs anyway, with what is left.
+
+        Only a budget no invocation of this function can give, and only as the invocation's
+        first job: released instead, it would come first again on every drain and block the
+        queue behind it.
+        """
+        if budget <= self.capacity or self.started:
+            return False
+        log.warning("job %s (%s) has a %g s time budget, more than this function can give "
+                    "(%.0f s after the safety margin): it runs with %.0f s; raise the "
+                    "function's timeout or lower the job type's timeout",
+                    job.id, job.job_type, budget, self.capacity, left)
+        return True
 
     def _run_job(self, job: Job, handler: Handler, timeout: float) -> None:
         started = time.monotonic()
@@ -186,6 +225,8 @@ class _Drain:
                 raise  # KeyboardInterrupt, SystemExit: not the job's failure
             self._record_error(job, exc, time.monotonic() - started)
         else:
+            if not self.done_buffer:
+                self.done_buffer_since = started
             self.done_buffer.append((job, time.monotonic() - started))
 
     def _run_transactional(self, job: Job, handler: Handler, timeout: float,
@@ -200,6 +241,8 @@ class _Drain:
                 handler.func(job, session.conn)
             if queue.complete(session, [job]).stale:
                 raise _StaleClaim
+            # A deferred constraint or a serialization failure surfaces here: the job's error.
+            session.rows("transaction_commit")
         except HandlerTimeout as exc:
             self.connector.discard()
             self._record_error(job, exc, time.monotonic() - started)
@@ -217,14 +260,13 @@ class _Drain:
             else:
                 raise
             return
-        session.rows("transaction_commit")
         self.summary.done += 1
         self.observer.job_finished(job, "done", time.monotonic() - started, None)
 
     def _record_error(self, job: Job, exc: BaseException, duration: float) -> None:
         session = self.session
         if isinstance(exc, Snooze):
-            written = queue.snooze(session, job, max(exc.delay_seconds, 0.0))
+            written = queue.snooze(session, job, exc.delay_seconds)
             outcome = "snoozed"
         else:
             message = f"{type(exc).__name__}: {exc}"

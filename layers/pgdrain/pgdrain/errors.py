@@ -32,15 +32,25 @@ class DatabaseConnectError(PgdrainError):
     """pgdrain could not connect; the message says where and why, never the password."""
 
 
+# The longest a job can be put off, by enqueue's delay_seconds or by Snooze: ten years.
+MAX_DELAY_SECONDS = 10 * 365 * 86400
+
+
 class Snooze(Exception):
     """Raise from a handler to run the job again after ``delay_seconds``.
 
-    The attempt is refunded: snoozing is waiting, not failing (River's JobSnooze).
+    The attempt is refunded: snoozing is waiting, not failing (River's JobSnooze). A negative
+    delay means now; an infinite, NaN or longer-than-ten-years one raises ValueError where the
+    handler builds it, so it counts as that attempt's failure instead of breaking the drain.
     """
 
     def __init__(self, delay_seconds: float, reason: str = ""):
+        delay = float(delay_seconds)
+        if not delay <= MAX_DELAY_SECONDS:  # also catches NaN
+            raise ValueError(f"Snooze delay_seconds must be at most {MAX_DELAY_SECONDS} "
+                             f"(ten years), not {delay_seconds!r}")
         super().__init__(reason or f"snoozed for {delay_seconds} s")
-        self.delay_seconds = float(delay_seconds)
+        self.delay_seconds = max(delay, 0.0)
 
 
 class Discard(Exception):

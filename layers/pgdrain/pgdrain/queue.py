@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .db import Session, as_session
-from .errors import InvalidJobError
+from .errors import MAX_DELAY_SECONDS, InvalidJobError
 from .models import EnqueueResult, JanitorResult, Job, QueueStats, Written
 from .policy import Backoff, Fail, after_failure
 from .registry import REGISTRY
@@ -28,7 +28,6 @@ DEFAULT_MAX_ATTEMPTS = 3
 MAX_TEXT = 200
 MAX_DEDUPE_KEY = 500
 MAX_ERROR_CHARS = 4000
-MAX_DELAY_SECONDS = 10 * 365 * 86400
 SMALLINT = (-32768, 32767)
 MAX_INT = 2**31 - 1
 # Lock ids for pg_advisory_xact_lock; arbitrary but fixed ("pgdrain" in ASCII, then a number).
