@@ -26,6 +26,7 @@ import pgdrain
 from pgdrain.api import ApiError, Limits, parse_enqueue
 from pgdrain.db import Connector
 from pgdrain.doorbell import Doorbell
+from pgdrain.queue import live_job_with_key
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "pgdrain")
 logger = Logger(service=SERVICE)
@@ -77,7 +78,14 @@ def enqueue() -> Response:
         content_type=event.headers.get("content-type"),
         idempotency_key=event.headers.get("idempotency-key"),
         registry=pgdrain.REGISTRY, limits=LIMITS)
-    results = pgdrain.enqueue_many(_session(), request.jobs)
+    session = _session()
+    if any(job.dedupe_key for job in request.jobs):
+        # Duplicates take a lookup, and a holder that finishes meanwhile a second insert:
+        # one transaction keeps the request all-or-nothing.
+        with session.transaction():
+            results = pgdrain.enqueue_many(session, request.jobs)
+    else:
+        results = pgdrain.enqueue_many(session, request.jobs)  # one statement
     created = sum(r.created for r in results)
     metrics.add_metric("JobsEnqueued", MetricUnit.Count, created)
     metrics.add_metric("DuplicateJobs", MetricUnit.Count, len(results) - created)
@@ -111,6 +119,12 @@ def retry_job(job_id: str) -> Response:
     job = pgdrain.get_job(session, ident)
     if job is None:
         raise ApiError(404, f"no job with id {ident}", {"id": ident})
+    holder = job["status"] == "failed" and job["dedupe_key"] is not None and \
+        live_job_with_key(session, job["dedupe_key"])
+    if holder:
+        raise ApiError(409, f"job {ident}'s dedupe_key is held by live job {holder}; "
+                            "it can be retried once that job has finished",
+                       {"id": ident, "status": "failed", "held_by": holder})
     raise ApiError(409, f"job {ident} is {job['status']}; only failed jobs can be retried",
                    {"id": ident, "status": job["status"]})
 
@@ -158,6 +172,14 @@ def _database_down(error: Exception) -> Response:
     logger.exception("database error")
     return _json(503, {"error": "the database is unavailable; retry with the same "
                                 "Idempotency-Key", "details": {"reason": type(error).__name__}})
+
+
+@app.exception_handler(pgdrain.DedupeContention)
+def _contention(error: pgdrain.DedupeContention) -> Response:
+    metrics.add_metric("RequestsRefused", MetricUnit.Count, 1)
+    logger.warning("dedupe contention", extra={"error": str(error)})
+    return _json(503, {"error": str(error), "details": {"reason": "DedupeContention"}},
+                 {"Retry-After": "1"})
 
 
 @app.exception_handler(Exception)

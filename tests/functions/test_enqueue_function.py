@@ -232,6 +232,19 @@ def test_retry_route(app, conn, sql):
     assert call(app, event)[0] == 404
 
 
+def test_retry_of_a_job_whose_dedupe_key_is_live_again(app, conn):
+    job_id = pgdrain.enqueue(conn, "test-noop", max_attempts=1, dedupe_key="k").id
+    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    pgdrain.fail(conn, job, "boom")
+    live = pgdrain.enqueue(conn, "test-noop", dedupe_key="k").id
+    event = load_event("job_retry.json")
+    event["path"] = f"/jobs/{job_id}/retry"
+    assert call(app, event)[:2] == (409, {
+        "error": f"job {job_id}'s dedupe_key is held by live job {live}; it can be retried "
+                 "once that job has finished",
+        "details": {"id": job_id, "status": "failed", "held_by": live}})
+
+
 def test_unknown_routes_and_methods(app):
     event = load_event("job_get.json")
     event.update(httpMethod="DELETE")

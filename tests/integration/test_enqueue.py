@@ -8,7 +8,7 @@ import pg8000.dbapi
 import pytest
 
 import pgdrain
-from pgdrain.db import parse_database_url
+from pgdrain.db import Session, parse_database_url
 
 
 def test_enqueue_stores_every_field(conn):
@@ -82,6 +82,81 @@ def test_dedupe_key_is_free_again_once_the_job_is_finished(conn):
     pgdrain.complete(conn, [job])
     later = pgdrain.enqueue(conn, "x", dedupe_key="k")
     assert later.created and later.id != first.id
+
+
+class _Interleaved(Session):
+    """A session that runs ``hooks[query]()`` right after each run of that catalogue query:
+    another client's work, landing in the instant between two of this enqueue's statements."""
+
+    def __init__(self, conn, **hooks):
+        super().__init__(conn)
+        self.hooks = hooks
+
+    def rows(self, query, /, **params):
+        result = super().rows(query, **params)
+        if query in self.hooks:
+            self.hooks[query]()
+        return result
+
+
+def _finish_holder(other, key):
+    def finish():
+        [holder] = pgdrain.claim(other, batch_size=1, lease_seconds=60)
+        assert holder.dedupe_key == key
+        assert pgdrain.complete(other, [holder]).ids == (holder.id,)
+    return finish
+
+
+def _once(hook):
+    calls = []
+
+    def run():
+        if not calls:
+            calls.append(hook())
+    return run
+
+
+def test_a_key_whose_holder_finishes_before_the_lookup_is_inserted_anew(conn, connect_to, sql):
+    holder = pgdrain.enqueue(conn, "x", dedupe_key="k").id
+    session = _Interleaved(conn, job_enqueue_batch=_once(_finish_holder(connect_to(), "k")))
+    results = pgdrain.enqueue_many(session, [{"job_type": "x", "dedupe_key": "k"},
+                                             {"job_type": "x"}])
+    assert [r.created for r in results] == [True, True]
+    rows = sql("SELECT id, status FROM jobs WHERE dedupe_key = 'k' ORDER BY id")
+    assert [(r["id"], r["status"]) for r in rows] == [(holder, "done"),
+                                                      (results[0].id, "pending")]
+    assert sql("SELECT count(*) AS n FROM jobs")[0]["n"] == 3
+
+
+def test_a_key_whose_holder_is_replaced_before_the_lookup_returns_the_new_holder(
+        conn, connect_to):
+    pgdrain.enqueue(conn, "x", dedupe_key="k")
+    other = connect_to()
+    finish = _finish_holder(other, "k")
+    replacement = []
+
+    def finish_and_replace():
+        finish()
+        replacement.append(pgdrain.enqueue(other, "x", dedupe_key="k").id)
+
+    session = _Interleaved(conn, job_enqueue_batch=_once(finish_and_replace))
+    [result] = pgdrain.enqueue_many(session, [{"job_type": "x", "dedupe_key": "k"}])
+    assert result == pgdrain.EnqueueResult(replacement[0], created=False)
+
+
+def test_endless_churn_on_a_key_gives_up_and_the_transaction_leaves_nothing(
+        conn, connect_to, sql):
+    # Every insert finds a holder; every lookup finds it gone; every re-insert a new one.
+    other = connect_to()
+    pgdrain.enqueue(other, "x", dedupe_key="k")
+    session = _Interleaved(
+        conn, job_enqueue_batch=_finish_holder(other, "k"),
+        job_get_live_by_dedupe_keys=lambda: pgdrain.enqueue(other, "x", dedupe_key="k"))
+    before = sql("SELECT count(*) AS n FROM jobs WHERE dedupe_key IS NULL")[0]["n"]
+    with pytest.raises(pgdrain.DedupeContention, match="retry it"), session.transaction():
+        pgdrain.enqueue_many(session, [{"job_type": "x"},
+                                       {"job_type": "x", "dedupe_key": "k"}])
+    assert sql("SELECT count(*) AS n FROM jobs WHERE dedupe_key IS NULL")[0]["n"] == before
 
 
 def test_rolled_back_transaction_leaves_no_job(conn, connect_to, sql):

@@ -30,6 +30,21 @@ def test_requeue_failed_gives_a_fresh_set_of_attempts(conn, sql):
     assert {j.id for j in pgdrain.claim(conn, batch_size=10, lease_seconds=60)} == {a, b, c}
 
 
+def test_requeue_skips_a_job_whose_dedupe_key_is_live_again(conn, sql):
+    # Two failed jobs with key k, one with key j, one without: a new live job now holds k.
+    k_old, k_new = fail_one(conn, "x", dedupe_key="k"), fail_one(conn, "x", dedupe_key="k")
+    j_old, j_new = fail_one(conn, "x", dedupe_key="j"), fail_one(conn, "x", dedupe_key="j")
+    plain = fail_one(conn, "x")
+    live = pgdrain.enqueue(conn, "x", dedupe_key="k").id
+    # One live job per key: nothing with k; the newest with j; the rest are unaffected.
+    assert pgdrain.requeue_failed(conn) == sorted([j_new, plain])
+    statuses = {r["id"]: r["status"] for r in sql("SELECT id, status FROM jobs")}
+    assert statuses == {k_old: "failed", k_new: "failed", j_old: "failed", j_new: "pending",
+                        plain: "pending", live: "pending"}
+    assert pgdrain.requeue_failed(conn, ids=[k_new]) == []
+    assert pgdrain.queue.live_job_with_key(conn, "k") == live
+
+
 def test_requeue_touches_only_failed_jobs(conn):
     pending = pgdrain.enqueue(conn, "x").id
     assert pgdrain.requeue_failed(conn, ids=[pending]) == []

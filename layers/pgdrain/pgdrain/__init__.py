@@ -11,6 +11,7 @@ from __future__ import annotations
 from .errors import (
     ConfigError,
     DatabaseConnectError,
+    DedupeContention,
     Discard,
     HandlerTimeout,
     InvalidJobError,
@@ -43,6 +44,7 @@ __all__ = [
     "Backoff",
     "ConfigError",
     "DatabaseConnectError",
+    "DedupeContention",
     "Discard",
     "EnqueueResult",
     "Handler",

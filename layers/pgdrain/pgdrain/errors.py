@@ -28,6 +28,11 @@ class MigrationError(PgdrainError):
     """The database schema could not be brought up to date."""
 
 
+class DedupeContention(PgdrainError):
+    """The live jobs holding a batch's dedupe keys kept finishing and being replaced by other
+    enqueues while this one ran; retrying it is safe (inside a transaction, nothing stayed)."""
+
+
 class DatabaseConnectError(PgdrainError):
     """pgdrain could not connect; the message says where and why, never the password."""
 

@@ -399,9 +399,12 @@ def _responses() -> dict[str, Any]:
             "The path exists but not with this method (any path of the API but its operations).",
             {"Allow": {"description": "The method the path takes.",
                        "schema": {"type": "string"}}}),
-        "Conflict": _error("The job is not failed, so it cannot be retried (`details.status`)."),
-        "Unavailable": _error("The database is unavailable. The request may or may not have "
-                              "committed: retry with the same Idempotency-Key."),
+        "Conflict": _error("The job is not failed (`details.status`), or a live job holds its "
+                           "dedupe_key (`details.held_by`), so it cannot be retried now."),
+        "Unavailable": _error("The database is unavailable (the request may or may not have "
+                              "committed), or, rarely, the jobs holding its dedupe keys kept "
+                              "finishing and being replaced (nothing committed): retry with "
+                              "the same Idempotency-Key."),
         "Forbidden": _error("From API Gateway: the request is not signed, or its signer may "
                             "not invoke the route (or the API key is missing or wrong).",
                             schema="GatewayError"),

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .db import Session, as_session
-from .errors import MAX_DELAY_SECONDS, InvalidJobError
+from .errors import MAX_DELAY_SECONDS, DedupeContention, InvalidJobError
 from .models import EnqueueResult, JanitorResult, Job, QueueStats, Written
 from .policy import Backoff, Fail, after_failure
 from .registry import REGISTRY
@@ -149,6 +149,38 @@ def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[
     if not batch:
         return []
     session = as_session(conn)
+    results = _insert(session, batch)
+    # Items skipped because a live job held their dedupe_key get that job's id. A holder can
+    # finish between the insert and the lookup: its key is free again, so insert those anew.
+    for _ in range(_DEDUPE_ROUNDS):
+        waiting = [i for i, r in enumerate(results) if r is None]
+        if not waiting:
+            return results  # type: ignore[return-value]
+        holders = _live_ids(session, {batch[i].dedupe_key for i in waiting})
+        freed = []
+        for i in waiting:
+            holder = holders.get(batch[i].dedupe_key)
+            if holder is None:
+                freed.append(i)
+            else:
+                results[i] = EnqueueResult(holder, False)
+        for i, result in zip(freed, _insert(session, [batch[i] for i in freed]), strict=True):
+            results[i] = result
+    raise DedupeContention(
+        "the jobs holding these dedupe keys kept finishing and being replaced while this "
+        "enqueue ran; retry it")
+
+
+# Lookups and re-inserts for a batch's duplicate keys before giving up (each round needs a
+# holder to finish in the instant between two statements; a second round is already rare).
+_DEDUPE_ROUNDS = 5
+
+
+def _insert(session: Session, batch: list[NewJob]) -> list[EnqueueResult | None]:
+    """Insert ``batch`` in one statement: a result per item, None where a live job held its
+    dedupe key (or an earlier item of the batch took it)."""
+    if not batch:
+        return []
     inserted = session.rows(
         "job_enqueue_batch",
         job_types=[j.job_type for j in batch],
@@ -170,14 +202,8 @@ def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[
             results.append(EnqueueResult(pending_row["id"], True, pending_row["due"]))
             pending_row = next(fresh, None)
         else:
-            results.append(None)  # a live duplicate: look its id up below
-    missing = {j.dedupe_key for j, r in zip(batch, results, strict=True) if r is None}
-    if missing:
-        existing = _live_ids(session, missing)
-        for i, job in enumerate(batch):
-            if results[i] is None:
-                results[i] = EnqueueResult(existing[job.dedupe_key], False)
-    return [r for r in results if r is not None]
+            results.append(None)
+    return results
 
 
 def _validated(job: Mapping[str, Any] | NewJob, index: int) -> NewJob:
@@ -207,23 +233,15 @@ def _validated(job: Mapping[str, Any] | NewJob, index: int) -> NewJob:
     return new_job(**job, index=index)
 
 
-def _live_ids(session: Session, keys: set[str | None], attempts: int = 5) -> dict[str, int]:
-    """Ids of the live jobs holding ``keys``.
+def _live_ids(session: Session, keys: set[str | None]) -> dict[str, int]:
+    """Ids of the live (pending or running) jobs holding ``keys``, read by a fresh statement.
 
-    The insert skipped these keys because a live job held them; that job may have finished
-    since, or (inserted by a transaction that committed after this statement's snapshot) not
-    be visible to the first lookup. A fresh statement sees it, so ask a few times.
+    A fresh statement also sees a holder that a transaction committed after the insert's
+    snapshot was taken, which that insert waited for and then skipped.
     """
-    found: dict[str, int] = {}
-    for _ in range(attempts):
-        rows = session.rows("job_get_live_by_dedupe_keys",
-                            dedupe_keys=sorted(k for k in keys - set(found) if k is not None))
-        found.update({r["dedupe_key"]: r["id"] for r in rows})
-        if len(found) == len(keys):
-            return found
-    raise InvalidJobError(
-        "a live job held this dedupe_key during the insert but could not be read back; "
-        "retry the enqueue", field="dedupe_key")
+    rows = session.rows("job_get_live_by_dedupe_keys",
+                        dedupe_keys=sorted(k for k in keys if k is not None))
+    return {r["dedupe_key"]: r["id"] for r in rows}
 
 
 def claim(
@@ -394,12 +412,19 @@ def requeue_failed(
 ) -> list[int]:
     """Give failed jobs a fresh set of attempts, due now; returns the requeued ids.
 
-    Filters combine; with none, every failed job is requeued.
+    Filters combine; with none, every failed job is requeued. A failed job whose
+    ``dedupe_key`` a live job holds stays failed (``live_job_with_key`` names the holder); of
+    failed jobs sharing a free key, only the newest is requeued.
     """
     rows = as_session(conn).rows("job_requeue_failed",
                                  ids=None if ids is None else list(ids),
                                  job_type=job_type, queue=queue)
     return sorted(r["id"] for r in rows)
+
+
+def live_job_with_key(conn: Any, dedupe_key: str) -> int | None:
+    """The id of the live (pending or running) job holding ``dedupe_key``, if any."""
+    return _live_ids(as_session(conn), {dedupe_key}).get(dedupe_key)
 
 
 def get_job(conn: Any, job_id: int) -> dict[str, Any] | None:

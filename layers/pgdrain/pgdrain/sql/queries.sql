@@ -181,17 +181,29 @@ RETURNING j.id
 
 -- name: job_requeue_failed
 -- Give failed jobs a fresh set of attempts, due now. NULL filters match every failed job.
+-- Two live jobs may not share a dedupe key: a failed job whose key a live job holds stays
+-- failed, and of failed jobs sharing a free key only the newest is requeued.
+WITH chosen AS (
+    SELECT DISTINCT ON (f.dedupe_key, CASE WHEN f.dedupe_key IS NULL THEN f.id END) f.id
+    FROM jobs f
+    WHERE f.status = 'failed'
+      AND (:ids::bigint[] IS NULL OR f.id = ANY(:ids::bigint[]))
+      AND (:job_type::text IS NULL OR f.job_type = :job_type::text)
+      AND (:queue::text IS NULL OR f.queue = :queue::text)
+      AND NOT EXISTS (SELECT 1 FROM jobs live
+                      WHERE live.dedupe_key = f.dedupe_key
+                        AND live.status IN ('pending', 'running'))
+    ORDER BY f.dedupe_key, CASE WHEN f.dedupe_key IS NULL THEN f.id END, f.id DESC
+)
 UPDATE jobs
 SET status      = 'pending',
     attempts    = 0,
     run_at      = now(),
     finished_at = NULL,
     updated_at  = now()
-WHERE status = 'failed'
-  AND (:ids::bigint[] IS NULL OR id = ANY(:ids::bigint[]))
-  AND (:job_type::text IS NULL OR job_type = :job_type::text)
-  AND (:queue::text IS NULL OR queue = :queue::text)
-RETURNING id
+FROM chosen
+WHERE jobs.id = chosen.id AND jobs.status = 'failed'
+RETURNING jobs.id
 
 -- name: job_retry
 -- Put a claimed job back to pending after a failed attempt, due after :delay_seconds, with the
