@@ -75,7 +75,14 @@ class Doorbell:
         return "rung"
 
 
+# An asynchronous invoke answers 202 in milliseconds. botocore's defaults (60 s to connect,
+# three attempts) would let an unreachable Lambda endpoint (a VPC with no NAT or endpoint)
+# hold the enqueue request past its own timeout, after its jobs had committed.
+CLIENT_TIMEOUTS = {"connect_timeout": 2, "read_timeout": 3, "retries": {"total_max_attempts": 1}}
+
+
 def _lambda_client() -> Any:
     import boto3
+    from botocore.config import Config
 
-    return boto3.client("lambda")
+    return boto3.client("lambda", config=Config(**CLIENT_TIMEOUTS))
