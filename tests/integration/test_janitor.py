@@ -117,7 +117,9 @@ def test_a_role_that_may_not_vacuum_is_skipped_without_an_error(conn, sql, datab
         try:
             assert as_role.run("SELECT current_user") == [[role]]
             settings = pgdrain.Settings(vacuum_dead_tuples=100, vacuum_interval_seconds=0)
-            assert pgdrain.queue.vacuum_if_due(as_role, settings) is True  # ran, and skipped
+            # Not the owner (nor, on PostgreSQL 17, granted MAINTAIN): not due for this role,
+            # rather than a VACUUM that PostgreSQL skips with a warning and a false report.
+            assert pgdrain.queue.vacuum_if_due(as_role, settings) is False
         finally:
             as_role.close()
     finally:

@@ -383,8 +383,8 @@ def vacuum_if_due(conn: Any, settings: Settings) -> bool:
     Every claim and finish leaves a dead version of its row and a dead entry at the front of
     the claim's index, and autovacuum wakes only every ``autovacuum_naptime`` (60 s by
     default): at thousands of jobs a second the claim then reads thousands of dead entries
-    (docs/benchmarks.md, growth). Run it outside any transaction. Without ownership of the
-    table (or PostgreSQL 17's MAINTAIN) the server skips it with a warning.
+    (docs/benchmarks.md, growth). Run it outside any transaction. A role that may not vacuum
+    the table (not its owner, nor granted PostgreSQL 17's MAINTAIN) never finds it due.
     """
     if settings.vacuum_dead_tuples <= 0:
         return False

@@ -248,12 +248,18 @@ VACUUM (SKIP_LOCKED) jobs
 
 -- name: jobs_vacuum_due
 -- Whether enough dead row versions have piled up since the last vacuum (manual or auto) to
--- vacuum now: every claim and finish leaves one, and the claim reads past them.
-SELECT COALESCE(n_dead_tup, 0) >= :dead_tuples::bigint
-       AND COALESCE(GREATEST(last_vacuum, last_autovacuum), '-infinity')
-           < now() - make_interval(secs => :interval_seconds::float8) AS due
-FROM pg_stat_user_tables
-WHERE relid = 'jobs'::regclass
+-- vacuum now: every claim and finish leaves one, and the claim reads past them. Only for a
+-- role that may vacuum the table: its owner (or a member), or on PostgreSQL 17 a role with
+-- MAINTAIN (the CASE keeps older servers from reading that privilege's name).
+SELECT COALESCE(s.n_dead_tup, 0) >= :dead_tuples::bigint
+       AND COALESCE(GREATEST(s.last_vacuum, s.last_autovacuum), '-infinity')
+           < now() - make_interval(secs => :interval_seconds::float8)
+       AND (pg_has_role(c.relowner, 'USAGE')
+            OR CASE WHEN current_setting('server_version_num')::int >= 170000
+                    THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END) AS due
+FROM pg_stat_user_tables s
+JOIN pg_class c ON c.oid = s.relid
+WHERE s.relid = 'jobs'::regclass
 
 -- name: migration_applied
 -- The versions already applied.
