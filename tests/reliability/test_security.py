@@ -324,13 +324,14 @@ def happy_path(load_function: Callable[..., Any], admin_sql: Callable[..., Any],
         "reclaimed": 1, "purged": 1, "claimed": 8, "done": 4, "retried": 1, "failed": 2,
         "snoozed": 1, "stale": 0}, summary
 
-    # Release: a job whose budget does not fit in the time left is handed back.
-    status, body = _call(enqueue, _post({"job_type": "test-sleep", "payload": {"seconds": 1}}))
+    # Release: after a 1 s job, the next one's 5 s budget no longer fits in the time left
+    # (7 s less the margin), so it is handed back.
+    sleeper = {"job_type": "test-sleep", "payload": {"seconds": 1}}
+    status, body = _call(enqueue, _post({"jobs": [sleeper, sleeper]}))
     assert status == 201, body
-    hurried = load_function("drain", DATABASE_URL=drain_url, PGDRAIN_JOB_TIMEOUT_SECONDS="1",
-                            PGDRAIN_SAFETY_MARGIN_SECONDS="1")
-    summary = _call(hurried, load_event("drain_direct.json"), LambdaContext(timeout_seconds=3))
-    assert (summary["claimed"], summary["released"]) == (1, 1), summary
+    hurried = load_function("drain", DATABASE_URL=drain_url, PGDRAIN_SAFETY_MARGIN_SECONDS="1")
+    summary = _call(hurried, load_event("drain_direct.json"), LambdaContext(timeout_seconds=7))
+    assert (summary["claimed"], summary["done"], summary["released"]) == (2, 1, 1), summary
 
     # Requeue a failed job through the API, and read it back.
     status, view = _call(enqueue, _job_event("job_retry.json", discard))
@@ -364,7 +365,7 @@ def test_documented_grants_run_every_path(layout, roles: Roles, load_function):
             urls = roles.url("enqueue"), roles.url("drain")
         happy_path(load_function, admin_sql, *urls)
         counts = dict(admin.run("SELECT status, count(*) FROM jobs GROUP BY status"))
-        assert counts == {"done": 5, "failed": 2, "pending": 1}, counts
+        assert counts == {"done": 6, "failed": 2, "pending": 1}, counts
         # Nobody but the roles of the page connected: the statistics came from them too.
         users = {r[0] for r in admin.run("SELECT DISTINCT usename FROM pg_stat_activity "
                                          "WHERE datname = current_database()")}
