@@ -144,6 +144,23 @@ def test_a_transactional_job_whose_commit_fails_is_retried(load_function, conn, 
     assert sql("SELECT count(*) AS n FROM children")[0]["n"] == 0
 
 
+def test_a_transactional_handler_stopped_mid_statement_leaves_no_lock_behind(
+        load_function, conn, sql, connect_to):
+    # The handler's connection is dropped when its time limit stops it inside pg_sleep; the
+    # server must not run that statement on for a minute, holding the row lock it took.
+    sql("CREATE TABLE holds (id int PRIMARY KEY, n int)")
+    sql("INSERT INTO holds VALUES (1, 0)")
+    job_id = pgdrain.enqueue(conn, "test-hold").id
+    summary = load_function("drain").lambda_handler({}, LambdaContext())
+    assert summary["retried"] == 1
+    [row] = sql("SELECT last_error FROM jobs WHERE id = :id", id=job_id)
+    assert row["last_error"] == "HandlerTimeout: test-hold timed out after 1 s"
+    other = connect_to()
+    other.run("SET lock_timeout = '20s'")
+    other.run("UPDATE holds SET n = n + 10 WHERE id = 1")  # 55P03 if the lock were still held
+    assert sql("SELECT n FROM holds")[0]["n"] == 10  # and the handler's update rolled back
+
+
 def test_max_jobs_bounds_one_invocation(load_function, conn):
     pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 7)
     app = load_function("drain", PGDRAIN_MAX_JOBS="5", PGDRAIN_BATCH_SIZE="2")

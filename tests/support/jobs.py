@@ -94,3 +94,10 @@ def exit_drain(job: pgdrain.Job) -> None:
 def orphan(job: pgdrain.Job, conn) -> None:
     """Inserts a child whose parent is missing: the deferred foreign key fails at COMMIT."""
     conn.run("INSERT INTO children (parent) VALUES (:id)", id=job.id)
+
+
+@pgdrain.job("test-hold", timeout=1, transactional=True)
+def hold(job: pgdrain.Job, conn) -> None:
+    """Locks a row, then sleeps in a statement far past its 1 s time limit."""
+    conn.run("UPDATE holds SET n = n + 1 WHERE id = 1")
+    conn.run("SELECT pg_sleep(60)")

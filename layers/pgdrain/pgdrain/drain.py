@@ -9,6 +9,7 @@ for logs and metrics.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -237,6 +238,9 @@ class _Drain:
         session = self.session
         session.rows("transaction_begin")
         try:
+            # A second past the handler's own limit, so that the limit normally speaks first.
+            session.rows("transaction_statement_timeout",
+                         milliseconds=math.ceil((timeout + 1) * 1000))
             with self.limits.limit(timeout):
                 handler.func(job, session.conn)
             if queue.complete(session, [job]).stale:

@@ -297,3 +297,9 @@ COMMIT
 -- name: transaction_rollback
 -- Roll it back.
 ROLLBACK
+
+-- name: transaction_statement_timeout
+-- Bound each statement of this transaction (a transactional handler's). A handler stopped by
+-- its time limit mid-statement has its connection dropped, and the server would otherwise run
+-- that statement on, holding its row locks against the job's retry. Transaction-local.
+SELECT set_config('statement_timeout', :milliseconds::int::text, true) AS statement_timeout
