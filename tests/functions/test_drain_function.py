@@ -92,12 +92,24 @@ def test_a_budget_longer_than_the_function_can_give_does_not_block_the_queue(
     app = load_function("drain", PGDRAIN_SAFETY_MARGIN_SECONDS="1")
     first = app.lambda_handler({}, LambdaContext(timeout_seconds=10))
     assert (first["done"], first["released"], first["stopped"]) == (1, 2, "deadline")
-    assert "has a 300 s time budget, more than this function can give" in caplog.text
+    assert "job 1 (test-long) has a 300 s time budget but this invocation has" in caplog.text
     second = app.lambda_handler({}, LambdaContext(timeout_seconds=10))
     assert second["done"] == 2
     rows = sql("SELECT id, status, attempts FROM jobs ORDER BY id")
     assert [(r["id"], r["status"], r["attempts"]) for r in rows] == [
         (ids[0], "done", 1), (ids[1], "done", 1), (ids[2], "done", 1)]
+
+
+def test_a_function_shorter_than_every_budget_still_runs_one_job_per_invocation(
+        load_function, conn, sql):
+    # 1.4 s less a 1 s margin is less than every registered budget (the smallest, test-overrun's,
+    # is 0.5 s): the first job of each invocation runs anyway, with the time there is.
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 2)
+    app = load_function("drain", PGDRAIN_SAFETY_MARGIN_SECONDS="1")
+    for released in (1, 0):
+        summary = app.lambda_handler({}, LambdaContext(timeout_seconds=1.4))
+        assert (summary["done"], summary["released"]) == (1, released), summary
+    assert [r["status"] for r in sql("SELECT status FROM jobs")] == ["done", "done"]
 
 
 # SystemExit passes the function's error metric by; Powertools then warns of an empty flush.

@@ -66,3 +66,37 @@ def test_stats_counts_by_queue_and_status_and_reports_lag(conn, sql):
 def test_stats_of_an_empty_queue(conn):
     found = pgdrain.stats(conn)
     assert (found.counts, found.due, found.oldest_due_seconds) == ({}, 0, 0.0)
+
+
+def test_a_requeue_racing_another_for_the_same_key_skips_instead_of_failing(
+        conn, connect_to, sql):
+    import threading
+    import time
+
+    first, second = fail_one(conn, "x", dedupe_key="k"), fail_one(conn, "x", dedupe_key="k")
+    other = connect_to()
+    other.run("BEGIN")
+    assert pgdrain.requeue_failed(other, ids=[first]) == [first]  # not yet committed
+    outcome = []
+    racer = threading.Thread(target=lambda: outcome.append(
+        _capture(lambda: pgdrain.requeue_failed(conn, ids=[second]))))
+    racer.start()
+    # Its statement saw no live holder of k, and now waits on the first one's row lock.
+    watcher = connect_to()
+    for _ in range(200):
+        if watcher.run("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                       "AND datname = current_database()")[0][0]:
+            break
+        time.sleep(0.05)
+    other.run("COMMIT")
+    racer.join(timeout=30)
+    assert outcome == [[]]  # retried once the conflict showed: k is live, so it stays failed
+    statuses = {r["id"]: r["status"] for r in sql("SELECT id, status FROM jobs")}
+    assert statuses == {first: "pending", second: "failed"}
+
+
+def _capture(call):
+    try:
+        return call()
+    except Exception as exc:  # the assertion shows it
+        return exc

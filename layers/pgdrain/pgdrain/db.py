@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
 import pg8000.native
 from pg8000.converters import TIMESTAMPTZ, timestamptz_in
+from pg8000.core import IDLE
 
 from .errors import ConfigError
 from .sql import QUERIES, to_format
@@ -171,6 +172,15 @@ def _encode(value: Any) -> Any:
     return value
 
 
+UNIQUE_VIOLATION = "23505"
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a server error raised by pg8000 (native or DB-API), else None."""
+    fields = exc.args[0] if exc.args else None
+    return fields.get("C") if isinstance(fields, dict) else None
+
+
 class Session:
     """Runs catalogue statements by name and returns rows as dicts.
 
@@ -252,6 +262,12 @@ class Session:
                 self.rows("transaction_rollback")
             raise
         self.rows("transaction_commit")
+
+    def autocommitting(self) -> bool:
+        """Whether this is a native connection outside any transaction (each statement its
+        own), so that a failed statement can simply be run again."""
+        # pg8000 keeps the server's ReadyForQuery status here; IDLE means no transaction.
+        return self.native and getattr(self.conn, "_transaction_status", None) == IDLE
 
     def close(self) -> None:
         self._prepared.clear()

@@ -26,10 +26,10 @@ from .timeouts import TimeLimits
 
 log = logging.getLogger(__name__)
 
-# Done writes are grouped to spare a round trip per quick job, but never held longer than this
-# after the oldest unwritten job started: if the process dies mid-batch (out of memory, a
-# kill), only jobs finished within this window run again, instead of the whole batch so far.
-# Any job that ran this long gets its done written before the next one starts.
+# Done writes are grouped to spare a round trip per quick job. After each job, the pending
+# ones are written if the oldest of them started this long ago: any job that ran this long is
+# recorded before the next one starts, and a process that dies mid-batch (out of memory, a
+# kill) can send back only the quick jobs of the last window, not the whole batch so far.
 DONE_WRITE_WINDOW_SECONDS = 0.05
 
 
@@ -95,9 +95,9 @@ def drain(
     ``time_left`` returns the seconds until the invocation's deadline. The drain never starts a
     job whose time budget (its handler's timeout, or ``job_timeout_seconds``) does not fit in
     the time left minus ``safety_margin_seconds``; jobs it claimed but cannot start are
-    released with their attempt refunded, and the drain stops. A budget longer than a whole
-    invocation can give never fits: such a job runs as an invocation's first job, cut to the
-    time it has left, so that it cannot block the queue.
+    released with their attempt refunded, and the drain stops. The exception is the
+    invocation's first job, which always runs, cut to the time left if need be: a budget
+    longer than the function can give would otherwise block the queue.
     """
     if time_left() >= settings.lease_seconds:
         raise ConfigError(
@@ -123,10 +123,8 @@ class _Drain:
         self.done_buffer: list[tuple[Job, float]] = []
         self.done_buffer_since = 0.0
         self.started = 0
-        # The most any job can get in this invocation: budgets beyond it are cut to it.
-        self.capacity = time_left() - settings.safety_margin_seconds
         budgets = [h.timeout for h in registry if h.timeout is not None]
-        self.smallest_budget = min([*budgets, settings.job_timeout_seconds, self.capacity])
+        self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
 
     @property
     def session(self) -> Session:
@@ -143,7 +141,9 @@ class _Drain:
             if room <= 0:
                 self.summary.stopped = "max_jobs"
                 break
-            if self.time_left() - self.settings.safety_margin_seconds < self.smallest_budget:
+            left = self.time_left() - self.settings.safety_margin_seconds
+            # Until a job has started, any time left will do (see _runs_cut_short).
+            if left <= 0 or (self.started and left < self.smallest_budget):
                 self.summary.stopped = "deadline"
                 break
             jobs = queue.claim(self.session, batch_size=min(self.settings.batch_size, room),
@@ -195,16 +195,16 @@ class _Drain:
     def _runs_cut_short(self, job: Job, budget: float, left: float) -> bool:
         """Whether a job whose budget exceeds the time left runs anyway, with what is left.
 
-        Only a budget no invocation of this function can give, and only as the invocation's
-        first job: released instead, it would come first again on every drain and block the
-        queue behind it.
+        The invocation's first job always runs: released, a job whose budget this function
+        cannot give (its timeout too short, or the janitor and connect eating into it) would
+        come first again on every drain and block the queue behind it.
         """
-        if budget <= self.capacity or self.started:
+        if self.started or left <= 0:
             return False
-        log.warning("job %s (%s) has a %g s time budget, more than this function can give "
-                    "(%.0f s after the safety margin): it runs with %.0f s; raise the "
+        log.warning("job %s (%s) has a %g s time budget but this invocation has %.1f s left "
+                    "after the safety margin: it runs with that; if this recurs, raise the "
                     "function's timeout or lower the job type's timeout",
-                    job.id, job.job_type, budget, self.capacity, left)
+                    job.id, job.job_type, budget, left)
         return True
 
     def _run_job(self, job: Job, handler: Handler, timeout: float) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .db import Session, as_session
+from .db import UNIQUE_VIOLATION, Session, as_session, sqlstate
 from .errors import MAX_DELAY_SECONDS, DedupeContention, InvalidJobError
 from .models import EnqueueResult, JanitorResult, Job, QueueStats, Written
 from .policy import Backoff, Fail, after_failure
@@ -416,10 +416,23 @@ def requeue_failed(
     ``dedupe_key`` a live job holds stays failed (``live_job_with_key`` names the holder); of
     failed jobs sharing a free key, only the newest is requeued.
     """
-    rows = as_session(conn).rows("job_requeue_failed",
-                                 ids=None if ids is None else list(ids),
-                                 job_type=job_type, queue=queue)
-    return sorted(r["id"] for r in rows)
+    session = as_session(conn)
+    params = {"ids": None if ids is None else list(ids), "job_type": job_type, "queue": queue}
+    for attempt in range(_REQUEUE_ROUNDS):
+        try:
+            rows = session.rows("job_requeue_failed", **params)
+            return sorted(r["id"] for r in rows)
+        except Exception as exc:
+            # A concurrent enqueue or requeue made a key live after this statement's snapshot
+            # (unique violation): a fresh statement sees it and skips that job. Only on a
+            # connection in autocommit: inside the caller's transaction, the error is theirs.
+            if (attempt + 1 == _REQUEUE_ROUNDS or sqlstate(exc) != UNIQUE_VIOLATION
+                    or not session.autocommitting()):
+                raise
+    raise AssertionError("unreachable")
+
+
+_REQUEUE_ROUNDS = 3
 
 
 def live_job_with_key(conn: Any, dedupe_key: str) -> int | None:
