@@ -159,6 +159,30 @@ def test_endless_churn_on_a_key_gives_up_and_the_transaction_leaves_nothing(
     assert sql("SELECT count(*) AS n FROM jobs WHERE dedupe_key IS NULL")[0]["n"] == before
 
 
+def _times(n, hook):
+    calls = []
+
+    def run():
+        if len(calls) < n:
+            calls.append(hook())
+    return run
+
+
+def test_churn_that_ends_in_the_last_round_still_enqueues(conn, connect_to, sql):
+    # Four rounds of a holder finishing and another taking the key, then the key stays free:
+    # the fifth and last round's insert takes it.
+    other = connect_to()
+    pgdrain.enqueue(other, "x", dedupe_key="k")
+    session = _Interleaved(
+        conn, job_enqueue_batch=_times(5, _finish_holder(other, "k")),
+        job_get_live_by_dedupe_keys=_times(
+            4, lambda: pgdrain.enqueue(other, "x", dedupe_key="k")))
+    [result] = pgdrain.enqueue_many(session, [{"job_type": "x", "dedupe_key": "k"}])
+    assert result.created
+    rows = sql("SELECT id FROM jobs WHERE dedupe_key = 'k' AND status = 'pending'")
+    assert [r["id"] for r in rows] == [result.id]
+
+
 def test_rolled_back_transaction_leaves_no_job(conn, connect_to, sql):
     sql("CREATE TABLE users (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text)")
     app = connect_to()

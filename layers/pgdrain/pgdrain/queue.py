@@ -166,6 +166,8 @@ def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[
                 results[i] = EnqueueResult(holder, False)
         for i, result in zip(freed, _insert(session, [batch[i] for i in freed]), strict=True):
             results[i] = result
+    if None not in results:
+        return results  # type: ignore[return-value]
     raise DedupeContention(
         "the jobs holding these dedupe keys kept finishing and being replaced while this "
         "enqueue ran; retry it")
