@@ -101,14 +101,28 @@ def test_a_budget_longer_than_the_function_can_give_does_not_block_the_queue(
 
 
 def test_a_function_shorter_than_every_budget_still_runs_one_job_per_invocation(
-        load_function, conn, sql):
-    # 1.4 s less a 1 s margin is less than every registered budget (the smallest, test-overrun's,
-    # is 0.5 s): the first job of each invocation runs anyway, with the time there is.
-    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 2)
-    app = load_function("drain", PGDRAIN_SAFETY_MARGIN_SECONDS="1")
-    for released in (1, 0):
-        summary = app.lambda_handler({}, LambdaContext(timeout_seconds=1.4))
-        assert (summary["done"], summary["released"]) == (1, released), summary
+        conn, sql, database_url):
+    # Only a 30 s budget is registered and the function has 10 s: the first job of each
+    # invocation runs anyway, with the time there is, instead of nothing ever being claimed.
+    from pgdrain.db import Connector, connect
+    from pgdrain.drain import drain
+    from pgdrain.registry import Handler, Registry
+
+    ran = []
+    registry = Registry()
+    registry.register(Handler("slow-type", ran.append, timeout=30))
+    pgdrain.enqueue_many(conn, [{"job_type": "slow-type"}] * 2)
+    connector = Connector(lambda: connect(database_url))
+    settings = pgdrain.Settings(safety_margin_seconds=2)
+    try:
+        for released in (1, 0):
+            deadline = time.monotonic() + 10
+            summary = drain(connector, registry, settings,
+                            time_left=lambda d=deadline: d - time.monotonic())
+            assert (summary.done, summary.released) == (1, released), summary
+    finally:
+        connector.discard()
+    assert len(ran) == 2
     assert [r["status"] for r in sql("SELECT status FROM jobs")] == ["done", "done"]
 
 

@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 # kill) can send back only the quick jobs of the last window, not the whole batch so far.
 DONE_WRITE_WINDOW_SECONDS = 0.05
 
+# An invocation's first job runs with less than its budget (see _runs_cut_short), but not with
+# less than this: a sliver of time would only spend its attempt on a certain timeout.
+MIN_CUT_SHORT_SECONDS = 1.0
+
 
 @dataclass
 class DrainSummary:
@@ -96,8 +100,8 @@ def drain(
     job whose time budget (its handler's timeout, or ``job_timeout_seconds``) does not fit in
     the time left minus ``safety_margin_seconds``; jobs it claimed but cannot start are
     released with their attempt refunded, and the drain stops. The exception is the
-    invocation's first job, which always runs, cut to the time left if need be: a budget
-    longer than the function can give would otherwise block the queue.
+    invocation's first job, which runs cut to the time left if at least a second is left: a
+    budget longer than the function can give would otherwise block the queue.
     """
     if time_left() >= settings.lease_seconds:
         raise ConfigError(
@@ -142,8 +146,10 @@ class _Drain:
                 self.summary.stopped = "max_jobs"
                 break
             left = self.time_left() - self.settings.safety_margin_seconds
-            # Until a job has started, any time left will do (see _runs_cut_short).
-            if left <= 0 or (self.started and left < self.smallest_budget):
+            # Until a job has started, less than a budget may do (see _runs_cut_short).
+            needed = self.smallest_budget if self.started else min(self.smallest_budget,
+                                                                    MIN_CUT_SHORT_SECONDS)
+            if left < needed:
                 self.summary.stopped = "deadline"
                 break
             jobs = queue.claim(self.session, batch_size=min(self.settings.batch_size, room),
@@ -195,11 +201,11 @@ class _Drain:
     def _runs_cut_short(self, job: Job, budget: float, left: float) -> bool:
         """Whether a job whose budget exceeds the time left runs anyway, with what is left.
 
-        The invocation's first job always runs: released, a job whose budget this function
-        cannot give (its timeout too short, or the janitor and connect eating into it) would
-        come first again on every drain and block the queue behind it.
+        The invocation's first job runs if at least MIN_CUT_SHORT_SECONDS are left: released, a
+        job whose budget this function cannot give (its timeout too short, or the janitor and
+        connect eating into it) would come first again on every drain and block the queue.
         """
-        if self.started or left <= 0:
+        if self.started or left < MIN_CUT_SHORT_SECONDS:
             return False
         log.warning("job %s (%s) has a %g s time budget but this invocation has %.1f s left "
                     "after the safety margin: it runs with that; if this recurs, raise the "
