@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.functions import killed_at_exit
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,19 +59,15 @@ def load_function(function_env, monkeypatch):
 @pytest.fixture
 def drain_process(function_env):
     """Start a drain invocation in its own process: ``drain_process(timeout, **env)``."""
-    started = []
+    with killed_at_exit() as started:
 
-    def start(timeout: float, **env: str) -> subprocess.Popen:
-        process = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "support" / "run_drain.py"), str(timeout)],
-            env={**os.environ, **function_env, **env}, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True)
-        started.append(process)
-        return process
+        def start(timeout: float, **env: str) -> subprocess.Popen:
+            process = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests" / "support" / "run_drain.py"),
+                 str(timeout)],
+                env={**os.environ, **function_env, **env}, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True)
+            started.append(process)
+            return process
 
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        process.stdout.close()
+        yield start

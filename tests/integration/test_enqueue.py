@@ -107,18 +107,18 @@ def _finish_holder(other, key):
     return finish
 
 
-def _once(hook):
+def _times(n, hook):
     calls = []
 
     def run():
-        if not calls:
+        if len(calls) < n:
             calls.append(hook())
     return run
 
 
 def test_a_key_whose_holder_finishes_before_the_lookup_is_inserted_anew(conn, connect_to, sql):
     holder = pgdrain.enqueue(conn, "x", dedupe_key="k").id
-    session = _Interleaved(conn, job_enqueue_batch=_once(_finish_holder(connect_to(), "k")))
+    session = _Interleaved(conn, job_enqueue_batch=_times(1, _finish_holder(connect_to(), "k")))
     results = pgdrain.enqueue_many(session, [{"job_type": "x", "dedupe_key": "k"},
                                              {"job_type": "x"}])
     assert [r.created for r in results] == [True, True]
@@ -139,7 +139,7 @@ def test_a_key_whose_holder_is_replaced_before_the_lookup_returns_the_new_holder
         finish()
         replacement.append(pgdrain.enqueue(other, "x", dedupe_key="k").id)
 
-    session = _Interleaved(conn, job_enqueue_batch=_once(finish_and_replace))
+    session = _Interleaved(conn, job_enqueue_batch=_times(1, finish_and_replace))
     [result] = pgdrain.enqueue_many(session, [{"job_type": "x", "dedupe_key": "k"}])
     assert result == pgdrain.EnqueueResult(replacement[0], created=False)
 
@@ -157,15 +157,6 @@ def test_endless_churn_on_a_key_gives_up_and_the_transaction_leaves_nothing(
         pgdrain.enqueue_many(session, [{"job_type": "x"},
                                        {"job_type": "x", "dedupe_key": "k"}])
     assert sql("SELECT count(*) AS n FROM jobs WHERE dedupe_key IS NULL")[0]["n"] == before
-
-
-def _times(n, hook):
-    calls = []
-
-    def run():
-        if len(calls) < n:
-            calls.append(hook())
-    return run
 
 
 def test_churn_that_ends_in_the_last_round_still_enqueues(conn, connect_to, sql):

@@ -24,7 +24,7 @@ from pgdrain.local import LambdaContext
 from pgdrain.migrate import migrate
 from tests.functions import conftest as function_fixtures
 from tests.reliability import faults
-from tests.support.functions import load_event
+from tests.support.functions import killed_at_exit, load_event
 
 # The function tests' fixtures (load_function needs function_env).
 function_env = function_fixtures.function_env
@@ -37,18 +37,14 @@ SECONDS = 0.1  # per job: 4 s of work in batches of 10, so a fault lands mid-dra
 @pytest.fixture
 def drains() -> Iterator[Callable[..., subprocess.Popen]]:
     """Start drain invocations in processes of their own; any left running is killed."""
-    started: list[subprocess.Popen] = []
+    with killed_at_exit() as started:
 
-    def start(database_url: str, **env: str) -> subprocess.Popen:
-        process = faults.start_drain(database_url, **env)
-        started.append(process)
-        return process
+        def start(database_url: str, **env: str) -> subprocess.Popen:
+            process = faults.start_drain(database_url, **env)
+            started.append(process)
+            return process
 
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.communicate()
+        yield start
 
 
 def _enqueue_recorded_jobs(conn: Any, count: int = JOBS) -> list[int]:

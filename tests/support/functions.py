@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -21,3 +23,17 @@ def summary_of(process: subprocess.Popen, timeout: float = 60) -> dict:
         if line.startswith("SUMMARY "):
             return json.loads(line.removeprefix("SUMMARY "))
     raise AssertionError(f"the drain printed no summary (exit {process.returncode}):\n{output}")
+
+
+@contextmanager
+def killed_at_exit() -> Iterator[list[subprocess.Popen]]:
+    """A list for the processes a fixture starts; any still running at exit is killed, and
+    each is reaped (its pipes closed)."""
+    started: list[subprocess.Popen] = []
+    try:
+        yield started
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import pg8000.exceptions
 import pg8000.native
 
-from .db import _SSLMODES, ConnectParams, connect, parse_database_url
+from .db import _SSLMODES, ConnectParams, connect, parse_database_url, sqlstate
 from .errors import ConfigError, DatabaseConnectError
 from .settings import DEFAULT_SECRET_MAX_AGE_SECONDS, flag
 
@@ -323,7 +323,7 @@ def _hint(exc: Exception, mode: Mode, outer: BaseException | None) -> str:
 
 def _sqlstate(exc: BaseException, outer: BaseException | None = None) -> str | None:
     server = _server_error(exc, outer)
-    return None if server is None else server.args[0].get("C")
+    return None if server is None else sqlstate(server)
 
 
 def _server_error(exc: BaseException, outer: BaseException | None = None
