@@ -19,7 +19,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 import pgdrain
 from pgdrain.db import Connector
-from pgdrain.drain import drain
+from pgdrain.drain import drain, shortest_runnable_seconds
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "pgdrain")
 logger = Logger(service=SERVICE)
@@ -31,16 +31,18 @@ SETTINGS = pgdrain.Settings.from_env()
 pgdrain.load_job_modules(SETTINGS.job_modules)
 
 
-def _connect():
+def _connect(timeout: float | None = None):
     # Imported here: the credentials module pulls boto3 only for Secrets Manager or IAM auth.
     from pgdrain.credentials import connect_from_env
 
-    return connect_from_env()
+    return connect_from_env(timeout=timeout)
 
 
-CONNECTOR = Connector(_connect, prepare=SETTINGS.prepared_statements)
+# Behind a pooler (prepared statements off) the server-side bounds would pin the session.
+CONNECTOR = Connector(_connect, prepare=SETTINGS.prepared_statements,
+                      server_bounds=SETTINGS.prepared_statements)
 
-_OUTCOME_METRICS = {"done": "JobsDone", "retried": "JobsRetried", "failed": "JobsFailed",
+_OUTCOME_METRICS = {"done": "JobsDone", "retried": "JobsRetried",
                     "released": "JobsReleased", "snoozed": "JobsSnoozed",
                     "stale": "StaleWrites"}
 
@@ -132,22 +134,53 @@ def _record_metrics(summary: pgdrain.drain.DrainSummary, observer: _Observer) ->
     observer.add_metrics()
     metrics.add_metric("JobsClaimed", MetricUnit.Count, summary.claimed)
     metrics.add_metric("LeasesReclaimed", MetricUnit.Count, summary.reclaimed)
+    metrics.add_metric("LeasesRefunded", MetricUnit.Count, summary.reclaimed_refunded)
     for outcome, name in _OUTCOME_METRICS.items():
         metrics.add_metric(name, MetricUnit.Count, getattr(summary, outcome))
-    backlog = pgdrain.stats(CONNECTOR.session())
+    # The dead-letter alarm watches JobsFailed: every job that ended failed in this
+    # invocation, the janitor's included.
+    metrics.add_metric("JobsFailed", MetricUnit.Count, summary.failed + summary.reclaimed_failed)
+    if summary.stopped == "database_error":
+        metrics.add_metric("DrainErrors", MetricUnit.Count, 1)
+        return
+    try:  # an indexed read, bounded like every statement of the invocation
+        backlog = pgdrain.backlog(CONNECTOR.session())
+    except pgdrain.DatabaseUnavailable as exc:
+        CONNECTOR.discard()
+        logger.warning("backlog metrics skipped: %s", exc)
+        return
     metrics.add_metric("Backlog", MetricUnit.Count, backlog.due)
     metrics.add_metric("OldestDueAge", MetricUnit.Seconds, backlog.oldest_due_seconds)
 
 
+_checked_timeout = False
+
+
+def _check_timeout(time_left: float) -> None:
+    """Once per container: say loudly if this function's timeout cannot run any job."""
+    global _checked_timeout
+    if _checked_timeout:
+        return
+    _checked_timeout = True
+    usable = time_left - SETTINGS.margin_for(time_left)
+    needed = shortest_runnable_seconds(pgdrain.REGISTRY, SETTINGS)
+    if usable < needed:
+        logger.error(
+            "this function's timeout (%.1f s left at the first invocation) cannot run any job: "
+            "%.2f s remain after the safety margin and the shortest job needs %.2f s; raise "
+            "the function's timeout", time_left, usable, needed,
+            extra={"time_left_seconds": round(time_left, 3)})
+
+
 def _handler(event: Any, context: Any) -> dict[str, Any]:
-    logger.set_correlation_id(getattr(context, "aws_request_id", None))
+    request_id = getattr(context, "aws_request_id", None)
+    logger.set_correlation_id(request_id)
     kind = _event_kind(event)
     if kind == "api" and event.get("httpMethod") != "POST":
         metrics.add_metric("DrainRequestsRefused", MetricUnit.Count, 1)
         return _api_response(405, {"error": "use POST /drain"})
+    _check_timeout(context.get_remaining_time_in_millis() / 1000)
     try:
-        if CONNECTOR.ensure_alive():
-            logger.warning("reconnected: the warm connection had died")
         observer = _Observer()
         try:
             summary = drain(CONNECTOR, pgdrain.REGISTRY, SETTINGS,
@@ -156,15 +189,22 @@ def _handler(event: Any, context: Any) -> dict[str, Any]:
         finally:
             observer.log_done()
         _record_metrics(summary, observer)
-    except Exception as exc:
+    except Exception:
         # The connection may be mid-transaction or dead: the next invocation starts afresh.
         CONNECTOR.discard()
         metrics.add_metric("DrainErrors", MetricUnit.Count, 1)
         logger.exception("drain failed", extra={"trigger": kind})
-        if kind == "api":
-            return _api_response(503, {"error": f"drain failed: {type(exc).__name__}: {exc}"})
+        if kind == "api":  # the details are in the log, under this request id
+            return _api_response(500, {"error": "the drain failed; see the drain function's "
+                                                "log", "request_id": request_id})
         raise
     result = summary.as_dict()
+    if summary.stopped == "database_error":
+        logger.error("drain stopped on a database failure", extra={"trigger": kind, **result})
+        if kind == "api":
+            return _api_response(503, {"error": f"the drain stopped: {summary.error}",
+                                       "request_id": request_id, "summary": result})
+        return result
     logger.info("drain finished", extra={"trigger": kind, **result})
     return _api_response(200, result) if kind == "api" else result
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +27,7 @@ import pgdrain
 from pgdrain.api import ApiError, Limits, parse_enqueue
 from pgdrain.db import Connector
 from pgdrain.doorbell import Doorbell
+from pgdrain.queue import job_id as parse_job_id
 from pgdrain.queue import live_job_with_key
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "pgdrain")
@@ -42,14 +44,15 @@ LIMITS = Limits.from_env()
 DOORBELL = Doorbell.from_env()
 
 
-def _connect() -> pg8000.native.Connection:
+def _connect(timeout: float | None = None) -> pg8000.native.Connection:
     from pgdrain.credentials import connect_from_env
 
-    return connect_from_env()
+    return connect_from_env(timeout=timeout)
 
 
 # One statement per request: nothing to gain from preparing, and nothing to pin a pooler.
-CONNECTOR = Connector(_connect, prepare=False)
+# Behind a pooler (PGDRAIN_PREPARED_STATEMENTS=false) the server-side bounds would pin it.
+CONNECTOR = Connector(_connect, prepare=False, server_bounds=SETTINGS.prepared_statements)
 _JOB_PATH = re.compile(r"^/jobs/([^/]+)(/retry)?/?$")
 
 
@@ -59,14 +62,22 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Resp
 
 
 def _job_id(raw: str) -> int:
-    # isascii(): str.isdigit() also accepts "²" and other digits int() rejects or reads.
-    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) < 2**63:
-        raise ApiError(400, "the job id must be a positive integer", {"id": raw[:64]})
-    return int(raw)
+    try:
+        return parse_job_id(raw)
+    except pgdrain.InvalidJobId:
+        raise ApiError(400, "the job id must be an integer from 1 to 9223372036854775807",
+                       {"id": raw[:64]}) from None
+
+
+def _time_left() -> float:
+    return app.lambda_context.get_remaining_time_in_millis() / 1000
 
 
 def _session() -> Any:
-    CONNECTOR.ensure_alive()
+    # Every statement of the request is bounded by the function's time left (less a margin
+    # to answer in): a database that stops answering gives the client a 503, not a timeout.
+    left = _time_left()
+    CONNECTOR.open(time.monotonic() + left - SETTINGS.margin_for(left) / 2)
     return CONNECTOR.session()
 
 
@@ -78,14 +89,7 @@ def enqueue() -> Response:
         content_type=event.headers.get("content-type"),
         idempotency_key=event.headers.get("idempotency-key"),
         registry=pgdrain.REGISTRY, limits=LIMITS)
-    session = _session()
-    if any(job.dedupe_key for job in request.jobs):
-        # Duplicates take a lookup, and a holder that finishes meanwhile a second insert:
-        # one transaction keeps the request all-or-nothing.
-        with session.transaction():
-            results = pgdrain.enqueue_many(session, request.jobs)
-    else:
-        results = pgdrain.enqueue_many(session, request.jobs)  # one statement
+    results = pgdrain.enqueue_atomically(_session(), request.jobs)
     created = sum(r.created for r in results)
     metrics.add_metric("JobsEnqueued", MetricUnit.Count, created)
     metrics.add_metric("DuplicateJobs", MetricUnit.Count, len(results) - created)
@@ -101,9 +105,10 @@ def enqueue() -> Response:
 
 @app.get("/jobs/<job_id>")
 def get_job(job_id: str) -> Response:
-    job = pgdrain.get_job(_session(), _job_id(job_id))
+    ident = _job_id(job_id)
+    job = pgdrain.get_job(_session(), ident)
     if job is None:
-        raise ApiError(404, f"no job with id {job_id}", {"id": int(job_id)})
+        raise ApiError(404, f"no job with id {ident}", {"id": ident})
     metrics.add_metric("JobLookups", MetricUnit.Count, 1)
     return _json(200, _job_view(job))
 
@@ -131,7 +136,7 @@ def retry_job(job_id: str) -> Response:
 
 def _ring() -> None:
     """Wake the drain for jobs that are due now; never fails the request."""
-    outcome = DOORBELL.ring()  # rung, skipped, off or failed
+    outcome = DOORBELL.ring(time_left=_time_left())  # rung, skipped, late, off or failed
     if outcome != "off":
         metrics.add_metric(f"Doorbell{outcome.capitalize()}", MetricUnit.Count, 1)
 
@@ -150,36 +155,54 @@ def _refused(error: ApiError) -> Response:
 
 @app.exception_handler(NotFoundError)
 def _no_route(error: NotFoundError) -> Response:
-    path = app.current_event.path or ""
+    event = app.current_event
+    path = event.path or ""
     match = _JOB_PATH.match(path)
     allowed = ("POST" if path.rstrip("/") == "/jobs" else
                "GET" if match and not match.group(2) else "POST" if match else None)
     metrics.add_metric("RequestsRefused", MetricUnit.Count, 1)
+    if match and event.http_method == allowed:
+        # The right method on /jobs/{id}, but an id no route accepts (a NUL, a slash-less
+        # oddity): the id is what is wrong.
+        return _json(400, {"error": "the job id must be an integer from 1 to "
+                                    "9223372036854775807",
+                           "details": {"id": match.group(1)[:64]}})
     if allowed:
-        return _json(405, {"error": f"{app.current_event.http_method} is not allowed on {path}",
+        return _json(405, {"error": f"{event.http_method} is not allowed on {path}",
                            "details": {"allow": allowed}}, {"Allow": allowed})
     return _json(404, {"error": f"no route {path}", "details": {
         "routes": ["POST /jobs", "GET /jobs/{id}", "POST /jobs/{id}/retry"]}})
 
 
+def _request_id() -> str | None:
+    return getattr(app.lambda_context, "aws_request_id", None)
+
+
+def _unavailable(message: str, retry_after: str | None = None) -> Response:
+    # What went wrong is in the log under the request id; the client gets what to do.
+    return _json(503, {"error": message, "request_id": _request_id()},
+                 {"Retry-After": retry_after} if retry_after else None)
+
+
 @app.exception_handler([pg8000.native.InterfaceError, pg8000.native.DatabaseError,
-                        pgdrain.DatabaseConnectError])
+                        pgdrain.DatabaseUnavailable])
 def _database_down(error: Exception) -> Response:
     # The request may or may not have committed if the connection broke mid-way; a client
     # retrying with the same Idempotency-Key gets the existing job instead of a duplicate.
     CONNECTOR.discard()
     metrics.add_metric("DatabaseErrors", MetricUnit.Count, 1)
     logger.exception("database error")
-    return _json(503, {"error": "the database is unavailable; retry with the same "
-                                "Idempotency-Key", "details": {"reason": type(error).__name__}})
+    if isinstance(error, pgdrain.DatabaseTimeout):
+        return _unavailable("the database did not answer in time; retry with the same "
+                            "Idempotency-Key", "1")
+    return _unavailable("the database is unavailable; retry with the same Idempotency-Key")
 
 
 @app.exception_handler(pgdrain.DedupeContention)
 def _contention(error: pgdrain.DedupeContention) -> Response:
     metrics.add_metric("RequestsRefused", MetricUnit.Count, 1)
     logger.warning("dedupe contention", extra={"error": str(error)})
-    return _json(503, {"error": str(error), "details": {"reason": "DedupeContention"}},
-                 {"Retry-After": "1"})
+    return _unavailable(str(error), "1")
 
 
 @app.exception_handler(Exception)
@@ -190,7 +213,7 @@ def _unexpected(error: Exception) -> Response:
     metrics.add_metric("InternalErrors", MetricUnit.Count, 1)
     logger.exception("unexpected error")
     return _json(500, {"error": "internal error; the request may be retried with the same "
-                                "Idempotency-Key", "details": {"reason": type(error).__name__}})
+                                "Idempotency-Key", "request_id": _request_id()})
 
 
 @metrics.log_metrics

@@ -112,7 +112,7 @@ def test_a_function_shorter_than_every_budget_still_runs_one_job_per_invocation(
     registry = Registry()
     registry.register(Handler("slow-type", ran.append, timeout=30))
     pgdrain.enqueue_many(conn, [{"job_type": "slow-type"}] * 2)
-    connector = Connector(lambda: connect(database_url))
+    connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
     settings = pgdrain.Settings(safety_margin_seconds=2)
     try:
         for released in (1, 0):
@@ -304,12 +304,14 @@ def test_no_secret_in_logs_or_metrics(load_function, conn, capsys, database_url,
     app.CONNECTOR.discard()
     monkeypatch.setenv("DATABASE_URL", with_password.replace("/pgdrain_t_", "/missing_"))
     broken = load_function("drain")
-    with pytest.raises(pgdrain.DatabaseConnectError):
-        broken.lambda_handler({}, LambdaContext())
+    summary = broken.lambda_handler({}, LambdaContext())
+    assert (summary["stopped"], summary["error"]) == ("database_error",
+                                                      "could not connect to the database")
     response = broken.lambda_handler(load_event("drain_api.json"), LambdaContext())
     assert response["statusCode"] == 503
     captured = capsys.readouterr()
-    assert secret not in captured.out + captured.err + response["body"]
+    assert "could not connect to" in captured.out  # the details are in the log
+    assert secret not in captured.out + captured.err + response["body"] + json.dumps(summary)
 
 
 def test_killed_mid_job_is_reclaimed_and_finished_by_a_later_drain(drain_process, conn, sql):
@@ -325,12 +327,15 @@ def test_killed_mid_job_is_reclaimed_and_finished_by_a_later_drain(drain_process
     assert sql("SELECT status FROM jobs WHERE id = :id", id=job_id)[0]["status"] == "running"
 
     sql("UPDATE jobs SET lease_expires_at = now() - interval '1 second'")  # the lease runs out
+    # The same attempt runs again (it was never charged): this time it does not hang.
+    sql("UPDATE jobs SET payload = '{\"seconds\": 0}'")
     summary = summary_of(drain_process(10, PGDRAIN_LEASE_SECONDS="60",
                                        PGDRAIN_BACKOFF_BASE_SECONDS="0"))
-    assert (summary["reclaimed"], summary["done"]) == (1, 1)
-    [row] = sql("SELECT status, attempts, last_error FROM jobs")
-    assert (row["status"], row["attempts"]) == ("done", 2)
-    assert row["last_error"].startswith("lease expired")
+    assert (summary["reclaimed"], summary["reclaimed_refunded"], summary["done"]) == (1, 1, 1)
+    # No start was recorded when the drain died: the attempt was given back, not charged.
+    [row] = sql("SELECT status, attempts, lost_claims, last_error FROM jobs")
+    assert (row["status"], row["attempts"], row["lost_claims"], row["last_error"]) == (
+        "done", 1, 1, None)
 
 
 def test_a_job_that_ran_a_while_is_recorded_done_before_the_next_one_starts(
@@ -344,15 +349,21 @@ def test_a_job_that_ran_a_while_is_recorded_done_before_the_next_one_starts(
 
 
 def test_a_job_that_kills_every_drain_ends_failed(drain_process, conn, sql):
+    # The first death is not charged (no start was recorded); the drains then record its
+    # start before running it, and charge each death: failed after max_attempts.
     pgdrain.enqueue(conn, "test-kill")  # max_attempts=2 from its handler's declaration
+    codes = []
     for _ in range(3):
         process = drain_process(10, PGDRAIN_LEASE_SECONDS="60",
                                 PGDRAIN_BACKOFF_BASE_SECONDS="0")
-        process.wait(timeout=60)
+        codes.append(process.wait(timeout=60))
         sql("UPDATE jobs SET lease_expires_at = now() - interval '1 second' "
             "WHERE status = 'running'")
-    [row] = sql("SELECT status, attempts, errors FROM jobs")
-    assert (row["status"], row["attempts"]) == ("failed", 2)
+    assert codes == [-signal.SIGKILL] * 3
+    last = summary_of(drain_process(10, PGDRAIN_LEASE_SECONDS="60"))
+    assert (last["reclaimed"], last["reclaimed_failed"], last["claimed"]) == (1, 1, 0)
+    [row] = sql("SELECT status, attempts, lost_claims, errors FROM jobs")
+    assert (row["status"], row["attempts"], row["lost_claims"]) == ("failed", 2, 1)
     assert [e["error"][:13] for e in row["errors"]] == ["lease expired"] * 2
 
 

@@ -214,7 +214,8 @@ def test_get_job(app, conn):
     assert call(app, event)[:2] == (404, {"error": "no job with id 999999",
                                           "details": {"id": 999999}})
     event["path"] = "/jobs/abc"
-    assert call(app, event)[:2] == (400, {"error": "the job id must be a positive integer",
+    assert call(app, event)[:2] == (400, {"error": "the job id must be an integer from 1 to "
+                                                   "9223372036854775807",
                                           "details": {"id": "abc"}})
 
 

@@ -221,6 +221,7 @@ def test_schemathesis(api, conn, sql, method, path, mode):
     seeded = seed_jobs(conn)
     document = openapi_document(pgdrain.REGISTRY)  # the types the loaded function knows
     view_fields = set(document["components"]["schemas"]["JobView"]["properties"])
+    view_required = set(document["components"]["schemas"]["JobView"]["required"])
     operation = schemathesis.openapi.from_dict(document)[path][method]
     session = requests.Session()
     state: dict[str, Any] = {}
@@ -243,7 +244,9 @@ def test_schemathesis(api, conn, sql, method, path, mode):
 
     def job_view_is_the_documented_fields(ctx, response, case) -> None:
         if case.path != "/jobs" and response.status_code == 200:
-            assert set(response.json()) == view_fields, "JobView and job_get disagree"
+            # payload_error / errors_error appear only for a row Python cannot decode.
+            assert view_required <= set(response.json()) <= view_fields, \
+                "JobView and job_get disagree"
 
     def run(case) -> None:
         state["before"] = table(sql)

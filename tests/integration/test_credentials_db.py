@@ -31,9 +31,9 @@ def attempts(monkeypatch) -> list[ConnectParams]:
     """Every ConnectParams that connect_from_env tries, in order (the real connect runs)."""
     seen: list[ConnectParams] = []
 
-    def recording_connect(params):
+    def recording_connect(params, timeout=None):
         seen.append(params)
-        return connect(params)
+        return connect(params, timeout=timeout)
 
     monkeypatch.setattr(credentials, "connect", recording_connect)
     return seen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pg8000.native
 import pytest
 
 import pgdrain
@@ -92,10 +93,12 @@ def test_stale_worker_changes_nothing(conn, sql):
     """A slow worker loses its lease, another claims the job: the slow one's writes are stale."""
     pgdrain.enqueue(conn, "slow")
     slow = claim_one(conn)
+    assert pgdrain.queue.mark_started(conn, slow)
     expire_leases(sql)
     assert pgdrain.run_janitor(conn, pgdrain.Settings(backoff=Backoff(0, 0, 0))).reclaimed == 1
     fresh = claim_one(conn)
     assert fresh.id == slow.id and fresh.attempts == 2
+    assert pgdrain.queue.mark_started(conn, slow) is False  # the start record is guarded too
 
     assert pgdrain.complete(conn, [slow]) == pgdrain.Written(stale=(slow.id,))
     assert pgdrain.retry(conn, slow, "late", 5) is False
@@ -108,13 +111,15 @@ def test_stale_worker_changes_nothing(conn, sql):
     assert pgdrain.complete(conn, [fresh]).stale == (fresh.id,)  # a second finish is stale too
 
 
-def test_a_lease_token_that_is_not_a_uuid_never_reaches_the_sql(conn, sql):
+def test_a_forged_lease_token_is_one_array_element_and_changes_nothing(conn, sql):
+    # Every element of an array parameter is quoted: a token that tries to end the literal
+    # and add an element of its own is just an invalid uuid.
     from dataclasses import replace
 
     pgdrain.enqueue(conn, "x")
     job = claim_one(conn)
-    forged = replace(job, lease_token="x}, {1")
-    with pytest.raises(ValueError, match="not a UUID"):
+    forged = replace(job, lease_token=f'x"}}, {{"{job.lease_token}')
+    with pytest.raises(pg8000.native.DatabaseError, match="invalid input syntax for type uuid"):
         pgdrain.complete(conn, [forged])
     assert sql("SELECT status FROM jobs")[0]["status"] == "running"
     assert pgdrain.complete(conn, [job]).ids == (job.id,)

@@ -14,9 +14,29 @@ def expire_leases(sql):
     sql("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE status = 'running'")
 
 
-def test_expired_lease_goes_back_to_pending_with_backoff(conn, sql):
-    pgdrain.enqueue(conn, "x", max_attempts=3)
+def test_an_expired_lease_without_a_recorded_start_is_refunded(conn, sql):
+    # The drain died holding the job and nothing says it started: it is not charged.
+    pgdrain.enqueue(conn, "x", max_attempts=1)
     pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    expire_leases(sql)
+    result = pgdrain.run_janitor(conn, SETTINGS)
+    assert result == pgdrain.JanitorResult(ran=True, reclaimed=1, refunded=1)
+    [row] = sql("SELECT status, attempts, lost_claims, run_at <= now() AS due, last_error, "
+                "errors, lease_token, started_at FROM jobs")
+    assert (row["status"], row["attempts"], row["lost_claims"], row["due"]) == (
+        "pending", 0, 1, True)
+    assert (row["last_error"], row["errors"], row["lease_token"]) == (None, [], None)
+    # Its next claim says so, and the start is recorded before the handler runs.
+    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    assert (job.attempts, job.lost_claims) == (1, 1)
+    assert pgdrain.queue.mark_started(conn, job)
+    assert sql("SELECT started_at IS NOT NULL AS started FROM jobs")[0]["started"]
+
+
+def test_an_expired_lease_after_a_recorded_start_is_charged_with_backoff(conn, sql):
+    pgdrain.enqueue(conn, "x", max_attempts=3)
+    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    assert pgdrain.queue.mark_started(conn, job)
     expire_leases(sql)
     result = pgdrain.run_janitor(conn, SETTINGS)
     assert result == pgdrain.JanitorResult(ran=True, reclaimed=1)
@@ -30,16 +50,46 @@ def test_expired_lease_goes_back_to_pending_with_backoff(conn, sql):
 
 
 def test_a_job_that_kills_its_worker_every_time_ends_failed(conn, sql):
+    # As a drain runs it: the first death is refunded (no start recorded); from then on the
+    # start is recorded, and each death is charged until max_attempts.
     pgdrain.enqueue(conn, "poison", max_attempts=2)
-    for _ in range(2):
+    rounds = 0
+    while sql("SELECT status FROM jobs")[0]["status"] != "failed":
+        rounds += 1
+        assert rounds <= 3
         sql("UPDATE jobs SET run_at = now() WHERE status = 'pending'")
-        assert len(pgdrain.claim(conn, batch_size=1, lease_seconds=60)) == 1
+        [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+        if job.lost_claims:
+            assert pgdrain.queue.mark_started(conn, job)
         expire_leases(sql)  # the worker died: nothing finished the job
         pgdrain.run_janitor(conn, SETTINGS)
-    [row] = sql("SELECT status, attempts, errors FROM jobs")
-    assert (row["status"], row["attempts"]) == ("failed", 2)
+    assert rounds == 3
+    [row] = sql("SELECT status, attempts, lost_claims, errors FROM jobs")
+    assert (row["status"], row["attempts"], row["lost_claims"]) == ("failed", 2, 1)
     assert [e["error"][:13] for e in row["errors"]] == ["lease expired"] * 2
     assert pgdrain.claim(conn, batch_size=1, lease_seconds=60) == []
+
+
+def test_unstarted_batch_mates_are_never_charged_however_often_their_drain_dies(conn, sql):
+    # A killer heads each batch; its batch-mates never start. However many rounds it takes
+    # for the killer to be dead-lettered, they end with no attempt spent.
+    pgdrain.enqueue(conn, "killer", max_attempts=3, priority=-1)
+    pgdrain.enqueue_many(conn, [{"job_type": "innocent", "max_attempts": 1}] * 4)
+    for _ in range(5):
+        if sql("SELECT status FROM jobs WHERE job_type = 'killer'")[0]["status"] == "failed":
+            break
+        jobs = pgdrain.claim(conn, batch_size=5, lease_seconds=60)
+        assert [j.job_type for j in jobs] == ["killer"] + ["innocent"] * 4
+        if jobs[0].lost_claims:
+            assert pgdrain.queue.mark_started(conn, jobs[0])
+        expire_leases(sql)
+        pgdrain.run_janitor(conn, SETTINGS)
+        sql("UPDATE jobs SET run_at = now() WHERE status = 'pending'")
+    rows = {r["job_type"]: r for r in sql(
+        "SELECT job_type, status, max(attempts) AS attempts FROM jobs GROUP BY 1, 2")}
+    assert (rows["killer"]["status"], rows["killer"]["attempts"]) == ("failed", 3)
+    assert sql("SELECT count(*) AS n FROM jobs WHERE job_type = 'innocent' AND "
+               "status = 'pending' AND attempts = 0")[0]["n"] == 4
 
 
 def test_live_leases_are_left_alone(conn, sql):

@@ -302,6 +302,11 @@ class Ledger:
     attempts: int = 0
     executions: int = 0
     open_executions: int = 0
+    uncharged_executions: int = 0
+    """Executions in claims a dead drain lost before recording the job's start: the janitor
+    gave the attempt back, so the same attempt number ran again."""
+    lost_claims: int = 0
+    """The jobs' lost_claims summed: claims refunded by the janitor (some never started)."""
 
 
 # The reasons an attempt did not succeed, as the ``errors`` entries begin.
@@ -413,9 +418,10 @@ class Audit:
     def ledger(self, *, allow_timeouts: bool = False) -> Ledger:
         """Check every attempt of every job against its record.
 
-        A job's attempts 1..attempts each ran at most once (one execution row) and each left
-        exactly one trace: the last attempt of a ``done`` job returned and wrote done; every
-        other attempt has exactly one entry in ``errors`` saying why it did not succeed:
+        A job's attempts 1..attempts each ran at most once (one execution row) as a charged
+        attempt, and each left exactly one trace: the last attempt of a ``done`` job returned
+        and wrote done; every other attempt has exactly one entry in ``errors`` saying why it
+        did not succeed:
 
         - ``RuntimeError: injected failure`` — its execution raised;
         - ``HandlerTimeout`` (only if ``allow_timeouts``) — its execution was stopped by the
@@ -425,20 +431,33 @@ class Audit:
           (killed before the finishing write). An open execution must have this entry.
 
         A ``failed`` job used all its attempts (no handler here discards).
+
+        Besides, an attempt number may have run more than once, but only in claims that a
+        drain lost by dying before it recorded the job's start: the janitor refunded those
+        (``lost_claims``), so the attempt ran again. Every such earlier execution must be one
+        a killed process left open or unrecorded (``drain_deaths``), and a job has at most as
+        many as its ``lost_claims``.
         """
         ledger = Ledger()
         executions: dict[tuple[int, int], list[dict[str, Any]]] = {}
-        for row in self.sql("SELECT job_id, attempt, ended_at, outcome FROM executions"):
+        for row in self.sql("""
+                SELECT e.job_id, e.attempt, e.ended_at, e.outcome, EXISTS (
+                    SELECT 1 FROM drain_deaths d
+                    WHERE d.pid = e.pid AND e.started_at BETWEEN d.born_after AND d.died_by
+                ) AS in_a_killed_process
+                FROM executions e ORDER BY e.started_at, e.id"""):
             executions.setdefault((row["job_id"], row["attempt"]), []).append(row)
             ledger.executions += 1
             ledger.open_executions += row["ended_at"] is None
         problems = ledger.problems
-        for job in self.sql("SELECT id, status, attempts, max_attempts, errors FROM jobs "
-                            "ORDER BY id"):
+        for job in self.sql("SELECT id, status, attempts, max_attempts, errors, lost_claims "
+                            "FROM jobs ORDER BY id"):
             ledger.jobs += 1
             ledger.statuses[job["status"]] += 1
             ledger.attempts += job["attempts"]
+            ledger.lost_claims += job["lost_claims"]
             jid, attempts = job["id"], job["attempts"]
+            uncharged = 0
             entries: dict[int, list[str]] = {}
             for entry in job["errors"]:
                 entries.setdefault(entry["attempt"], []).append(entry["error"])
@@ -450,9 +469,12 @@ class Audit:
                                 f"{job['max_attempts']} attempts")
             for attempt in range(1, attempts + 1):
                 ran = executions.get((jid, attempt), [])
-                if len(ran) > 1:
-                    problems.append(f"job {jid}: attempt {attempt} ran {len(ran)} times")
-                execution = ran[0] if ran else None
+                *refunded, execution = ran or [None]
+                for earlier in refunded:
+                    uncharged += 1
+                    if not earlier["in_a_killed_process"]:
+                        problems.append(f"job {jid}: attempt {attempt} ran again after "
+                                        f"{earlier}, which no lost claim explains")
                 errors = entries.get(attempt, [])
                 succeeded = job["status"] == "done" and attempt == attempts
                 if succeeded:
@@ -477,6 +499,10 @@ class Audit:
                 if not ok:
                     problems.append(f"job {jid}: attempt {attempt} recorded {errors[0]!r} but "
                                     f"its execution was {execution}")
+            if uncharged > job["lost_claims"]:
+                problems.append(f"job {jid}: {uncharged} uncharged re-runs but only "
+                                f"{job['lost_claims']} lost claims")
+            ledger.uncharged_executions += uncharged
         known = {(j["id"], a) for j in self.sql("SELECT id, attempts FROM jobs")
                  for a in range(1, j["attempts"] + 1)}
         stray = sorted(set(executions) - known)

@@ -182,6 +182,19 @@ CASES = [
     Case("invalid-base64", "not base64 at all!", 400, base64_encoded=True),
     Case("empty-body", "", 400),
     Case("no-content-type", job(), 415, headers={"Content-Type": None}),
+    Case("charset-utf-16", job(), 415,
+         headers={"Content-Type": "application/json; charset=utf-16"}),
+    Case("charset-latin-1", job(), 415,
+         headers={"Content-Type": "application/json; charset=latin-1"}),
+    Case("charset-utf-8", job(), 201,
+         headers={"Content-Type": 'application/json; charset="UTF-8"'}),
+    Case("charset-utf8", job(), 201, headers={"Content-Type": "Application/JSON;charset=utf8"}),
+    # A key given twice: json.loads keeps the last one, silently dropping what was meant.
+    Case("duplicate-key", '{"job_type": "test-noop", "job_type": "test-boom"}', 400),
+    Case("duplicate-key-in-payload", '{"job_type": "test-noop", "payload": {"a": 1, "a": 2}}',
+         400),
+    Case("duplicate-key-in-a-batch", '{"jobs": [{"job_type": "test-noop", "queue": "a", '
+                                     '"queue": "b"}]}', 400),
     Case("raw-nul-outside-strings", '{"job_type": "test-noop"}\x00', 400),
     Case("raw-nul-inside-a-string", '{"job_type": "test-noop", "queue": "a\x00b"}', 400),
     # NUL characters (\u0000 escapes) in every text field, and in keys.
@@ -193,9 +206,10 @@ CASES = [
     Case("nul-nested-payload", job(payload={"a": [{"b": NUL}]}), 422),
     Case("nul-field-name", job(**{NUL: 1}), 422),
     Case("nul-run-at", job(run_at=f"2030-01-01T00:00:00+00:00{NUL}; DROP TABLE jobs"), 422),
-    # Python's fromisoformat takes a NUL for the T or before the zone: a well-defined time.
-    Case("nul-as-run-at-separator", job(run_at=f"2030-01-01T00:00:00{NUL}Z"), 201,
-         stored={"run_at": datetime(2030, 1, 1, tzinfo=UTC)}),
+    # Python's fromisoformat reads a NUL as the end of the text: refused, not half-read.
+    Case("nul-as-run-at-separator", job(run_at=f"2030-01-01T00:00:00{NUL}Z"), 422),
+    Case("nul-after-run-at", job(run_at=f"2030-01-01T00:00:00+00:00{NUL}"), 422),
+    Case("control-character-in-run-at", job(run_at="2030-01-01T00:00:00\t+00:00"), 422),
     Case("nul-idempotency-key", job(), 422, headers={"Idempotency-Key": f"k{NUL}"}),
     Case("nul-in-a-batch", {"jobs": [job(), job(queue=NUL)]}, 422),
     Case("escaped-backslash-u0000-is-text", job(payload={"a": "\\u0000"}), 201,

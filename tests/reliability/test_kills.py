@@ -56,13 +56,16 @@ def _lost_claims(sql) -> list[dict]:
     """The claims dead drains left behind: running jobs whose lease the test has not expired,
     each with the state of its current attempt's execution and the process that ran it."""
     return sql("""
-        SELECT j.id, j.attempts, e.pid,
+        SELECT j.id, j.attempts, e.pid, j.started_at IS NOT NULL AS recorded,
                CASE WHEN e.id IS NULL THEN 'unstarted'
                     WHEN e.ended_at IS NULL THEN 'in_handler'
                     ELSE 'unwritten' END AS state,
                coalesce(j.payload->'kill_on' @> to_jsonb(j.attempts), false) AS self_kill
         FROM jobs j
-        LEFT JOIN executions e ON e.job_id = j.id AND e.attempt = j.attempts
+        LEFT JOIN LATERAL (
+            SELECT * FROM executions x
+            WHERE x.job_id = j.id AND x.attempt = j.attempts AND x.started_at >= j.claimed_at
+            ORDER BY x.started_at DESC LIMIT 1) e ON true
         WHERE j.status = 'running' AND j.lease_expires_at > now()""")
 
 
@@ -72,6 +75,8 @@ def _after_deaths(audit, sql, group, born, stats: Counter) -> None:
     died_by = audit.now()
     lost = _lost_claims(sql)
     stats.update(f"claims_{claim['state']}" for claim in lost)
+    stats.update("claims_recorded" if claim["recorded"] else "claims_unrecorded"
+                 for claim in lost)
     for drain in group:
         if not drain.killed:
             stats["claims_left_by_drains_that_exited"] += sum(c["pid"] == drain.pid
@@ -147,7 +152,12 @@ def test_kills_lose_nothing(drains, audit, sql, rng, scaled, unaccounted, figure
     # The record says why: one entry per unsuccessful attempt, matching its execution, and the
     # janitor's entries are exactly the claims that the dead drains left behind.
     assert ledger.problems == []
-    assert ledger.reasons[audit.LEASE_EXPIRED] == lost_claims, (ledger.reasons, stats)
+    # Never charged what may not have run: a lost claim whose start was never recorded was
+    # refunded (lost_claims), one with a recorded start was charged ("lease expired").
+    assert ledger.reasons[audit.LEASE_EXPIRED] == stats["claims_recorded"], (
+        ledger.reasons, stats)
+    assert ledger.lost_claims == stats["claims_unrecorded"], (ledger.lost_claims, stats)
+    assert stats["claims_recorded"] + stats["claims_unrecorded"] == lost_claims
     assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'failed' "
                "AND last_error IS DISTINCT FROM errors->-1->>'error'")[0]["n"] == 0
     # Drains that returned accounted for every claim and never lost one while alive.
@@ -167,6 +177,8 @@ def test_kills_lose_nothing(drains, audit, sql, rng, scaled, unaccounted, figure
             claims_lost_in_handler=stats["claims_in_handler"],
             claims_lost_unwritten=stats["claims_unwritten"],
             claims_lost_unstarted=stats["claims_unstarted"],
-            reclaimed_by_janitor=ledger.reasons[audit.LEASE_EXPIRED], jobs=jobs,
+            charged_by_janitor=ledger.reasons[audit.LEASE_EXPIRED],
+            refunded_by_janitor=ledger.lost_claims,
+            uncharged_reruns=ledger.uncharged_executions, jobs=jobs,
             executions=ledger.executions, done=statuses["done"], failed=statuses["failed"],
             lost=lost, seconds=round(elapsed, 1))

@@ -30,6 +30,7 @@ import pgdrain
 from pgdrain.db import connect
 from pgdrain.local import LambdaContext
 from pgdrain.migrate import migrate
+from pgdrain.sql import migrations
 from tests.functions import conftest as function_fixtures
 from tests.integration import test_credentials_db as credential_tests
 from tests.reliability import faults
@@ -61,7 +62,8 @@ class Transcript:
             self.statuses[name] = type(outcome).__name__
             self.texts.append("".join(traceback.format_exception(outcome)))
         else:
-            self.statuses[name] = outcome.get("statusCode", "summary")
+            # A drain's summary says why it stopped (database_error when it could not connect).
+            self.statuses[name] = outcome.get("statusCode", outcome.get("stopped"))
             self.texts.append(json.dumps(outcome))
 
     def leaks(self, needles: dict[str, str]) -> list[str]:
@@ -142,8 +144,8 @@ def test_secret_mode_leaks_nothing(aws, db: Coordinates, load_function, verbose_
     arn = aws.create_secret(Name="pgdrain/leak-check", SecretString=secret)["ARN"]
     transcript = _run_both_functions(load_function, db.env(DB_SECRET_ARN=arn), capsys, caplog)
     assert transcript.statuses == {"enqueue": 201, "refused": 422, "get": 200,
-                                   "drain": "summary", "drain_api": 200,
-                                   "drain_schedule": "summary"}
+                                   "drain": "empty", "drain_api": 200,
+                                   "drain_schedule": "empty"}
     url = _url(db.user, password, f"{db.host}:{db.port}", db.dbname)
     assert transcript.leaks(_needles(password, secret, url)) == []
 
@@ -163,8 +165,8 @@ def test_auth_failure_leaks_nothing(aws, db: Coordinates, password_role, load_fu
 
     for transcript in (by_secret, by_url):
         assert transcript.statuses == {"enqueue": 503, "refused": 422, "get": 503,
-                                       "drain": "DatabaseConnectError", "drain_api": 503,
-                                       "drain_schedule": "DatabaseConnectError"}
+                                       "drain": "database_error", "drain_api": 503,
+                                       "drain_schedule": "database_error"}
         text = "\n".join(transcript.texts)
         assert "28P01 password authentication failed" in text  # the reason is told
         assert transcript.leaks(_needles(wrong, secret, url)) == []
@@ -187,8 +189,8 @@ def test_connection_error_leaks_nothing(mode, aws, db: Coordinates, load_functio
                      DB_SSLMODE="disable")
     transcript = _run_both_functions(load_function, env, capsys, caplog)
     assert transcript.statuses == {"enqueue": 503, "refused": 422, "get": 503,
-                                   "drain": "DatabaseConnectError", "drain_api": 503,
-                                   "drain_schedule": "DatabaseConnectError"}
+                                   "drain": "database_error", "drain_api": 503,
+                                   "drain_schedule": "database_error"}
     assert f"could not connect to 127.0.0.1:{port}/" in "\n".join(transcript.texts)
     assert transcript.leaks(_needles(password, secret, url)) == []
 
@@ -259,7 +261,7 @@ def roles(empty_database_url: str) -> Iterator[Roles]:
                 admin.run(found.localise(sql))
         migrator = connect(found.url("migrator"))
         try:
-            assert migrate(migrator) == ["0001_create_jobs"]
+            assert migrate(migrator) == [f"{v:04d}_{n}" for v, n, _ in migrations()]
             for who, sql in blocks:
                 if who != "admin":
                     assert who == "pgdrain_migrator", who

@@ -369,7 +369,7 @@ def test_refused_tcp_port_in_secret_mode(aws):
 def test_a_password_in_the_reason_is_masked(monkeypatch):
     """Defence in depth: even an exception that quoted the password would be masked."""
 
-    def leaky_connect(params):
+    def leaky_connect(params, timeout=None):
         raise OSError(f"bad password {params.password!r}")
 
     monkeypatch.setattr(credentials, "connect", leaky_connect)
@@ -524,7 +524,7 @@ def test_refused_login_behind_a_broken_pipe_is_still_an_auth_failure(aws, monkey
     arn = _secret(aws, RDS_SECRET)
     tried = []
 
-    def refusing_connect(params):
+    def refusing_connect(params, timeout=None):
         tried.append(params.password)
         if params.password == PASSWORD:
             raise _refused_login()

@@ -69,4 +69,6 @@ def test_no_statement_leaves_session_state_behind():
                  if (m := forbidden.search(local_config.sub("", sql)))}
     offenders |= {name: "SET" for name, sql in QUERIES.items()
                   if re.match(r"\s*(SET|RESET)\b", sql, re.IGNORECASE)}
-    assert offenders == {}
+    # The one exception: the functions' per-invocation statement and lock timeouts, which
+    # Connector.open runs only with server_bounds (off behind a pooler).
+    assert offenders == {"connection_bound": "set_config"}

@@ -11,20 +11,25 @@ from __future__ import annotations
 from .errors import (
     ConfigError,
     DatabaseConnectError,
+    DatabaseTimeout,
+    DatabaseUnavailable,
     DedupeContention,
     Discard,
     HandlerTimeout,
     InvalidJobError,
+    InvalidJobId,
     MigrationError,
     PgdrainError,
     Snooze,
 )
-from .models import EnqueueResult, JanitorResult, Job, QueueStats, Status, Written
+from .models import Backlog, EnqueueResult, JanitorResult, Job, QueueStats, Status, Written
 from .policy import Backoff
 from .queue import (
+    backlog,
     claim,
     complete,
     enqueue,
+    enqueue_atomically,
     enqueue_many,
     fail,
     get_job,
@@ -41,15 +46,19 @@ from .settings import Settings
 
 __all__ = [
     "REGISTRY",
+    "Backlog",
     "Backoff",
     "ConfigError",
     "DatabaseConnectError",
+    "DatabaseTimeout",
+    "DatabaseUnavailable",
     "DedupeContention",
     "Discard",
     "EnqueueResult",
     "Handler",
     "HandlerTimeout",
     "InvalidJobError",
+    "InvalidJobId",
     "JanitorResult",
     "Job",
     "MigrationError",
@@ -60,9 +69,11 @@ __all__ = [
     "Snooze",
     "Status",
     "Written",
+    "backlog",
     "claim",
     "complete",
     "enqueue",
+    "enqueue_atomically",
     "enqueue_many",
     "fail",
     "get_job",

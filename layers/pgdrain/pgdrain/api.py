@@ -88,10 +88,16 @@ def parse_enqueue(
     ``Idempotency-Key`` header is the single job's ``dedupe_key``; in a batch, item ``i``
     without a key of its own gets ``<key>:<i>``, so a repeated batch request is idempotent too.
     """
-    media_type = (content_type or "").split(";", 1)[0].strip().lower()
-    if media_type != "application/json":
+    media_type, _, parameters = (content_type or "").partition(";")
+    if media_type.strip().lower() != "application/json":
         raise ApiError(415, "Content-Type must be application/json",
-                       {"content_type": content_type})
+                       {"content_type": (content_type or "")[:100]})
+    charset = _charset(parameters)
+    if charset is not None and charset not in ("utf-8", "utf8"):
+        # Read as UTF-8 anyway, a UTF-16 or Latin-1 body would be stored as something else.
+        raise ApiError(415, "the body must be UTF-8 JSON (Content-Type: application/json; "
+                            f"charset=utf-8), not charset={charset[:40]}",
+                       {"content_type": (content_type or "")[:100]})
     document = _decode(body, base64_encoded)
     if not isinstance(document, dict):
         raise ApiError(422, "the body must be a JSON object: one job, or {\"jobs\": [...]}")
@@ -113,6 +119,32 @@ def parse_enqueue(
     return EnqueueRequest([_job(document, None, key, registry, limits)], batch=False)
 
 
+def _charset(parameters: str) -> str | None:
+    """The ``charset`` of a Content-Type's parameters, lower case and unquoted; None if absent."""
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip('"').lower()
+    return None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of a repeated key; a client that sent two meant something the
+    # job would silently not get.
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return document
+
+
 def _decode(body: str | None, base64_encoded: bool) -> Any:
     if body is None or body == "":
         raise ApiError(400, "the body is empty; send a JSON job")
@@ -128,7 +160,10 @@ def _decode(body: str | None, base64_encoded: bool) -> Any:
         except UnicodeDecodeError as exc:
             raise ApiError(400, f"the body is not valid UTF-8 (byte {exc.start})") from None
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        return json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ApiError(400, f"the body is not valid JSON for pgdrain: the key {str(exc)[:60]!r} "
+                            "appears twice in one object") from None
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"the body is not valid JSON: {exc.msg} at line {exc.lineno} "
                             f"column {exc.colno}") from None
@@ -221,6 +256,9 @@ def _timestamp(value: Any, invalid: Any) -> datetime | None:
         return None
     if not isinstance(value, str):
         raise invalid("run_at", "must be an ISO 8601 string, e.g. 2030-01-31T09:00:00Z")
+    if not value.isascii() or any(c < " " or c == "\x7f" for c in value):
+        # Python's parser stops at a NUL and would read "...Z\x00junk" as a valid time.
+        raise invalid("run_at", "must be an ISO 8601 timestamp of printable ASCII characters")
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:

@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("stats", help="job counts by queue and status, and the queue's lag")
     commands.add_parser("janitor", help="reclaim expired leases and purge old done jobs now")
     requeue = commands.add_parser("requeue", help="give failed jobs a fresh set of attempts")
-    requeue.add_argument("--id", type=int, action="append", dest="ids", metavar="ID",
+    requeue.add_argument("--id", type=_job_id, action="append", dest="ids", metavar="ID",
                          help="a job id (repeatable); default: every failed job")
     requeue.add_argument("--job-type", help="only failed jobs of this type")
     requeue.add_argument("--queue", help="only failed jobs in this queue")
@@ -32,6 +32,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _job_id(raw: str) -> int:
+    from .errors import InvalidJobId
+    from .queue import job_id
+
+    try:
+        return job_id(raw.strip())
+    except InvalidJobId as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -40,8 +50,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pgdrain {args.command}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a driver error: say which, without the connection string
-        print(f"pgdrain {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"pgdrain {args.command}: {_describe(exc)}", file=sys.stderr)
         return 1
+
+
+def _describe(exc: Exception) -> str:
+    """A driver error in one line: the server's message and SQLSTATE, not its whole record
+    (source file, line, routine)."""
+    fields = exc.args[0] if exc.args else None
+    if isinstance(fields, dict) and fields.get("M"):
+        return f"the database refused it: {fields['M']} (SQLSTATE {fields.get('C', '?')})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -71,7 +90,8 @@ def _run(args: argparse.Namespace) -> int:
         elif args.command == "janitor":
             result = queue.run_janitor(conn, settings)
             print(json.dumps({"ran": result.ran, "reclaimed": result.reclaimed,
-                              "failed": result.failed, "purged": result.purged}))
+                              "refunded": result.refunded, "failed": result.failed,
+                              "purged": result.purged}))
         elif args.command == "requeue":
             ids = queue.requeue_failed(conn, ids=args.ids, job_type=args.job_type,
                                        queue=args.queue)

@@ -95,8 +95,11 @@ def connect_params_from_env(
     return _iam_params(env)
 
 
-def connect_from_env(env: Mapping[str, str] | None = None) -> pg8000.native.Connection:
+def connect_from_env(env: Mapping[str, str] | None = None, *, timeout: float | None = None
+                     ) -> pg8000.native.Connection:
     """Open a pg8000 native connection (autocommit) with ``connect_params_from_env``.
+
+    ``timeout`` (seconds) bounds the connect and login (see ``pgdrain.db.connect``).
 
     With a secret, a failed login (SQLSTATE 28P01 or 28000) fetches the secret again and, if
     it changed (a rotated password), retries once. Bad settings raise ConfigError; any failure
@@ -109,7 +112,7 @@ def connect_from_env(env: Mapping[str, str] | None = None) -> pg8000.native.Conn
     # An exception the caller is handling is no part of this failure's story.
     outer = sys.exc_info()[1]
     try:
-        return connect(params)
+        return connect(params, timeout=timeout)
     except Exception as exc:
         failure: Exception = exc
     retried = False
@@ -121,7 +124,7 @@ def connect_from_env(env: Mapping[str, str] | None = None) -> pg8000.native.Conn
                         params.user, params.where, _sqlstate(failure, outer))
             params, retried = fresh, True
             try:
-                return connect(params)
+                return connect(params, timeout=timeout)
             except Exception as exc:
                 failure = exc
     raise DatabaseConnectError(_connect_message(params, failure, mode, retried, outer)) \
@@ -172,6 +175,10 @@ def clear_cache() -> None:
 
 # --- secret mode -------------------------------------------------------------------------------
 
+# Secrets Manager answers in milliseconds; two short tries, then the invocation moves on.
+SECRETS_CLIENT_TIMEOUTS = {"connect_timeout": 2, "read_timeout": 3,
+                           "retries": {"total_max_attempts": 2}}
+
 
 def _fetch_secret(env: Mapping[str, str], *, refresh: bool) -> Any:
     # botocore logs whole response bodies at DEBUG, GetSecretValue's password included: keep
@@ -185,6 +192,13 @@ def _fetch_secret(env: Mapping[str, str], *, refresh: bool) -> Any:
     except ImportError:
         raise ConfigError("DB_SECRET_ARN needs aws-lambda-powertools and boto3 "
                           "(the pgdrain layer has them)") from None
+    if "secrets" not in parameters.base.DEFAULT_PROVIDERS:
+        # botocore's defaults (60 s to connect, 60 s per read, retried) would let an
+        # unreachable endpoint hold an invocation far past its timeout.
+        from botocore.config import Config
+
+        parameters.base.DEFAULT_PROVIDERS["secrets"] = parameters.SecretsProvider(
+            boto_config=Config(**SECRETS_CLIENT_TIMEOUTS))
     try:
         return parameters.get_secret(arn, transform="json", max_age=max_age, force_fetch=refresh)
     except parameters.TransformParameterError:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import ssl
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
@@ -23,7 +25,7 @@ import pg8000.native
 from pg8000.converters import TIMESTAMPTZ, timestamptz_in
 from pg8000.core import IDLE
 
-from .errors import ConfigError
+from .errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
 from .sql import QUERIES, to_format
 
 log = logging.getLogger(__name__)
@@ -146,10 +148,17 @@ def _timestamptz_in(text: str) -> datetime | str:
         return timestamptz_in(text)
 
 
-def connect(params: ConnectParams | str) -> pg8000.native.Connection:
-    """Open a pg8000 native connection (autocommit) for ``params`` or a URL."""
+def connect(params: ConnectParams | str, *, timeout: float | None = None
+            ) -> pg8000.native.Connection:
+    """Open a pg8000 native connection (autocommit) for ``params`` or a URL.
+
+    ``timeout`` (seconds) bounds the connect and each socket read, lowering the URL's own
+    ``connect_timeout`` if that is longer.
+    """
     if isinstance(params, str):
         params = parse_database_url(params)
+    if timeout is not None and (params.timeout is None or timeout < params.timeout):
+        params = replace(params, timeout=timeout)
     conn = pg8000.native.Connection(
         user=params.user,
         password=params.password,
@@ -169,16 +178,75 @@ def _encode(value: Any) -> Any:
     """Python values the drivers do not send as PostgreSQL expects."""
     if isinstance(value, dict):
         return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return array_literal(value)
     return value
 
 
+def array_literal(values: Any) -> str:
+    """A PostgreSQL array literal of ``values`` with every element quoted (None is NULL).
+
+    pg8000 quotes an element only when it must, and misses that PostgreSQL reads an unquoted
+    ``null`` in any case as NULL: the strings "null", "Null" or "nULl" became SQL NULLs.
+    Quoting every element makes each one its exact text, whatever it holds; the statement's
+    cast (``:ids::bigint[]``) gives the elements their type.
+    """
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append("NULL")
+            continue
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, bool):
+            text = "t" if value else "f"
+        elif isinstance(value, datetime):
+            # In UTC: PostgreSQL refuses offsets beyond ±15:59, which Python allows.
+            text = (value.astimezone(UTC) if value.tzinfo else value).isoformat()
+        elif isinstance(value, int | float):
+            text = repr(value)
+        else:
+            raise TypeError(f"no array element form for {type(value).__name__}")
+        if "\\" in text or '"' in text:
+            text = text.replace("\\", "\\\\").replace('"', '\\"')
+        parts.append(f'"{text}"')
+    return "{" + ",".join(parts) + "}"
+
+
 UNIQUE_VIOLATION = "23505"
+DEADLOCK_DETECTED = "40P01"
+# The server cancelled a statement at statement_timeout / gave up a lock wait at lock_timeout.
+_TIMEOUT_SQLSTATES = frozenset({"57014", "55P03"})
+# The server is going away or not yet there: the connection is done for (class 08 too).
+_GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 
 
 def sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a server error raised by pg8000 (native or DB-API), else None."""
+    """The SQLSTATE of a server error raised by pg8000 (native or DB-API), else None.
+
+    Looks through pgdrain's own wrappers to the driver's error.
+    """
+    if isinstance(exc, DatabaseUnavailable) and exc.__cause__ is not None:
+        exc = exc.__cause__
     fields = exc.args[0] if exc.args else None
     return fields.get("C") if isinstance(fields, dict) else None
+
+
+def _translated(exc: Exception) -> Exception:
+    """pgdrain's error for a driver error on a connection pgdrain runs statements on; the
+    driver's own error where the caller's code handles it (a constraint, a deadlock)."""
+    if isinstance(exc, pg8000.native.InterfaceError):
+        cause = exc.__cause__
+        if isinstance(cause, TimeoutError):
+            return DatabaseTimeout("the database did not answer within the time left")
+        return DatabaseUnavailable("the connection to the database failed")
+    state = sqlstate(exc)
+    if state in _TIMEOUT_SQLSTATES:
+        what = "a lock wait" if state == "55P03" else "a statement"
+        return DatabaseTimeout(f"{what} ran out of the time left (SQLSTATE {state})")
+    if state in _GONE_SQLSTATES or (state or "").startswith("08"):
+        return DatabaseUnavailable(f"the database ended the session (SQLSTATE {state})")
+    return exc
 
 
 class Session:
@@ -196,30 +264,29 @@ class Session:
             raise TypeError("prepared statements need a pg8000.native.Connection")
         self._prepare = prepare
         self._prepared: dict[str, Any] = {}
+        self.deadline: float | None = None
+        """``time.monotonic()`` past which no statement may wait (native connections only)."""
 
     def rows(self, query: str, /, **params: Any) -> list[dict[str, Any]]:
-        """Run the named query; return its rows (an empty list for statements without rows)."""
+        """Run the named query; return its rows (an empty list for statements without rows).
+
+        On a native connection, a lost connection or a timeout raises DatabaseUnavailable or
+        DatabaseTimeout (the driver's error as its cause); other server errors are the
+        driver's. With a ``deadline``, the socket waits no longer than the time left.
+        """
         params = {k: _encode(v) for k, v in params.items()}
         if self.native:
-            if self._prepare:
-                statement = self._prepared.get(query)
-                if statement is None:
-                    statement = self._prepared[query] = self.conn.prepare(QUERIES[query])
-                result = statement.run(**params)
-                columns = statement.columns
-            elif params:
-                # Connection.run() converts the :name parameters of the text on every call,
-                # which took a third of an enqueue; convert each catalogue statement once.
-                statement, make_vals = _converted(query)
-                context = self.conn.execute_unnamed(statement, make_vals(params), oids=())
-                result, columns = context.rows, context.columns
-            else:
-                result = self.conn.run(QUERIES[query])
-                columns = self.conn.columns
-            if not columns:
-                return []
-            names = [c["name"] for c in columns]
-            return [dict(zip(names, row, strict=True)) for row in result]
+            if self.deadline is not None:
+                self._bound_socket()
+            try:
+                return self._run_native(query, params)
+            except pg8000.native.InterfaceError as exc:
+                raise _translated(exc) from exc
+            except pg8000.native.DatabaseError as exc:
+                translated = _translated(exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
         cursor = self.conn.cursor()
         try:
             statement, names = to_format(QUERIES[query])
@@ -230,6 +297,36 @@ class Session:
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         finally:
             cursor.close()
+
+    def _bound_socket(self) -> None:
+        """Make the next socket reads give up at the deadline."""
+        left = self.deadline - time.monotonic()  # type: ignore[operator]
+        if left <= 0:
+            raise DatabaseTimeout("no time left for another database statement")
+        sock = getattr(self.conn, "_usock", None)
+        if sock is not None:
+            sock.settimeout(left)
+
+    def _run_native(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        if self._prepare:
+            statement = self._prepared.get(query)
+            if statement is None:
+                statement = self._prepared[query] = self.conn.prepare(QUERIES[query])
+            result = statement.run(**params)
+            columns = statement.columns
+        elif params:
+            # Connection.run() converts the :name parameters of the text on every call,
+            # which took a third of an enqueue; convert each catalogue statement once.
+            statement, make_vals = _converted(query)
+            context = self.conn.execute_unnamed(statement, make_vals(params), oids=())
+            result, columns = context.rows, context.columns
+        else:
+            result = self.conn.run(QUERIES[query])
+            columns = self.conn.columns
+        if not columns:
+            return []
+        names = [c["name"] for c in columns]
+        return [dict(zip(names, row, strict=True)) for row in result]
 
     def one(self, query: str, /, **params: Any) -> dict[str, Any] | None:
         """The first row of the named query, or None."""
@@ -286,17 +383,23 @@ def as_session(conn: Any) -> Session:
 
 
 class Connector:
-    """Owns a function's connection across warm invocations; reconnects when it died."""
+    """Owns a function's connection across warm invocations; reconnects when it died.
 
-    def __init__(self, connect: Callable[[], pg8000.native.Connection], *, prepare: bool = True):
+    ``connect(timeout=seconds)`` opens a pg8000 native connection (``timeout`` bounds the
+    connect and login; None: no bound). ``open(deadline)`` starts an invocation's use of it.
+    """
+
+    def __init__(self, connect: Callable[..., pg8000.native.Connection], *,
+                 prepare: bool = True, server_bounds: bool = True):
         self._connect = connect
         self._prepare = prepare
+        self._server_bounds = server_bounds
         self._session: Session | None = None
 
     def session(self) -> Session:
         """The live session, connecting first if there is none."""
         if self._session is None:
-            self._session = Session(self._connect(), prepare=self._prepare)
+            self._session = Session(self._connect(timeout=None), prepare=self._prepare)
         return self._session
 
     @property
@@ -304,18 +407,51 @@ class Connector:
         """Whether a connection is open (it may still have died since it was last used)."""
         return self._session is not None
 
+    def open(self, deadline: float | None = None) -> bool:
+        """Make the session ready for an invocation that must be over by ``deadline``
+        (``time.monotonic()``), connecting if needed. True if a dead warm connection had to
+        be replaced.
+
+        Every wait on the connection is then bounded by the deadline: the connect and login,
+        each socket read (the client gives up), and with ``server_bounds`` on the server each
+        statement (``statement_timeout``) and lock wait (``lock_timeout``, a tenth of the time
+        left but at least a second), so that a statement the client gave up on does not run
+        on holding its locks. One round trip, which is also the warm connection's liveness
+        check. Raises DatabaseUnavailable (DatabaseTimeout when time ran out).
+
+        The server's bounds are session settings, which pin the session behind a pooler
+        (RDS Proxy, PgBouncer in transaction mode): without ``server_bounds`` only the client
+        is bounded (set ``statement_timeout`` and ``lock_timeout`` on the role instead).
+        """
+        if self._session is not None:
+            try:
+                self._bound(self._session, deadline)
+                return False
+            except DatabaseTimeout:
+                self.discard()
+                raise  # the server is slow, not gone: a new connection would not help
+            except DatabaseUnavailable:
+                self.discard()
+            replaced = True
+        else:
+            replaced = False
+        timeout = None if deadline is None else _time_left(deadline)
+        session = self._session = Session(self._connect(timeout=timeout), prepare=self._prepare)
+        self._bound(session, deadline)
+        return replaced
+
+    def _bound(self, session: Session, deadline: float | None) -> None:
+        session.deadline = deadline
+        if deadline is None or not self._server_bounds:
+            session.one("connection_ping")
+            return
+        statement_ms = math.floor(_time_left(deadline) * 1000)
+        lock_ms = min(statement_ms, max(MIN_LOCK_TIMEOUT_MS, statement_ms // LOCK_SHARE))
+        session.one("connection_bound", statement_ms=max(statement_ms, 1), lock_ms=lock_ms)
+
     def ensure_alive(self) -> bool:
         """Ping a reused connection; replace it once if it is dead. True if replaced."""
-        if self._session is None:
-            self.session()
-            return False
-        try:
-            self._session.one("connection_ping")
-            return False
-        except (pg8000.native.InterfaceError, pg8000.native.DatabaseError, OSError):
-            self.discard()
-            self.session()
-            return True
+        return self.open(None)
 
     def discard(self) -> None:
         """Drop the connection (it is broken, or mid-protocol after an interrupted handler)."""
@@ -325,3 +461,16 @@ class Connector:
                 session.close()
             except Exception:  # already broken: closing it cannot fail in a way that matters
                 log.debug("closing a discarded connection failed", exc_info=True)
+
+
+# A lock wait may take a tenth of the time left (a row or table lock held by someone else's
+# transaction), but never less than a second.
+LOCK_SHARE = 10
+MIN_LOCK_TIMEOUT_MS = 1000
+
+
+def _time_left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise DatabaseTimeout("no time left to reach the database")
+    return left

@@ -52,13 +52,18 @@ class Doorbell:
             raise ConfigError(f"PGDRAIN_DOORBELL_WINDOW_SECONDS must be 0 or more, got {raw!r}")
         return cls(env.get("DRAIN_FUNCTION_NAME", "").strip() or None, window_seconds=window)
 
-    def ring(self) -> str:
-        """Invoke the drain asynchronously; returns ``rung``, ``skipped``, ``off`` or ``failed``.
+    def ring(self, *, time_left: float | None = None) -> str:
+        """Invoke the drain asynchronously; returns ``rung``, ``skipped``, ``late``, ``off`` or
+        ``failed``.
 
-        Never raises: a failed ring is logged and the caller's request still succeeds.
+        Never raises: a failed ring is logged and the caller's request still succeeds. With
+        ``time_left`` (the caller's seconds until its deadline) shorter than the longest a
+        ring can take, it does not ring (``late``): the scheduled drain picks the job up.
         """
         if not self.function_name:
             return "off"
+        if time_left is not None and time_left < LONGEST_RING_SECONDS:
+            return "late"
         now = self._clock()
         if self._last_ring is not None and now - self._last_ring < self.window_seconds:
             return "skipped"
@@ -79,6 +84,8 @@ class Doorbell:
 # three attempts) would let an unreachable Lambda endpoint (a VPC with no NAT or endpoint)
 # hold the enqueue request past its own timeout, after its jobs had committed.
 CLIENT_TIMEOUTS = {"connect_timeout": 2, "read_timeout": 3, "retries": {"total_max_attempts": 1}}
+# One attempt: the connect, the read, and a little for the rest.
+LONGEST_RING_SECONDS = CLIENT_TIMEOUTS["connect_timeout"] + CLIENT_TIMEOUTS["read_timeout"] + 0.5
 
 
 def _lambda_client() -> Any:

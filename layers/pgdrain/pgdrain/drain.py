@@ -4,6 +4,13 @@ due, the job limit is reached, or the deadline is near. Then return a summary.
 The drain is what the Lambda function runs on every invocation; it knows nothing of Lambda
 itself: the caller passes a ``time_left`` clock (the context's remaining time) and an observer
 for logs and metrics.
+
+Time: of the invocation's time left at the start, the safety margin (``Settings.margin_for``)
+is kept for recording outcomes and returning: no handler runs into it. Database I/O may use
+half of it: every statement, socket read and lock wait is bounded so that it ends before the
+other half, which is left for returning. A database that stops answering, or a lock held by
+someone else, ends the drain with ``stopped: "database_error"`` and a short ``error``; what it
+claimed and did not record comes back when the leases expire, uncharged.
 """
 
 from __future__ import annotations
@@ -18,7 +25,15 @@ from typing import Any, Protocol
 
 from . import queue
 from .db import Connector, Session
-from .errors import ConfigError, Discard, HandlerTimeout, Snooze
+from .errors import (
+    ConfigError,
+    DatabaseConnectError,
+    DatabaseTimeout,
+    DatabaseUnavailable,
+    Discard,
+    HandlerTimeout,
+    Snooze,
+)
 from .models import Job
 from .registry import Handler, Registry
 from .settings import Settings
@@ -35,6 +50,9 @@ DONE_WRITE_WINDOW_SECONDS = 0.05
 # An invocation's first job runs with less than its budget (see _runs_cut_short), but not with
 # less than this: a sliver of time would only spend its attempt on a certain timeout.
 MIN_CUT_SHORT_SECONDS = 1.0
+
+# Of the safety margin, the share database I/O may still use; the rest is for returning.
+IO_SHARE_OF_MARGIN = 0.5
 
 
 @dataclass
@@ -54,11 +72,16 @@ class DrainSummary:
     stale: int = 0
     """Finishing writes that changed nothing because the claim had been lost."""
     reclaimed_failed: int = 0
+    reclaimed_refunded: int = 0
+    """Of ``reclaimed``: jobs whose start was never recorded, given their attempt back."""
     purged: int = 0
     vacuumed: int = 0
     """1 if this drain vacuumed the jobs table (PGDRAIN_VACUUM_DEAD_TUPLES)."""
     stopped: str = "empty"
-    """Why the drain stopped: empty, max_jobs or deadline."""
+    """Why the drain stopped: empty, max_jobs, deadline or database_error."""
+    error: str | None = None
+    """With ``stopped: "database_error"``: what went wrong, in a few words (details are in
+    the log)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,27 +121,40 @@ def drain(
 
     ``time_left`` returns the seconds until the invocation's deadline. The drain never starts a
     job whose time budget (its handler's timeout, or ``job_timeout_seconds``) does not fit in
-    the time left minus ``safety_margin_seconds``; jobs it claimed but cannot start are
-    released with their attempt refunded, and the drain stops. The exception is the
-    invocation's first job, which runs cut to the time left if at least a second is left: a
-    budget longer than the function can give would otherwise block the queue.
+    the time left minus the safety margin; jobs it claimed but cannot start are released with
+    their attempt refunded, and the drain stops. The exception is the invocation's first job,
+    which runs cut to the time left if at least a second is left: a budget longer than the
+    function can give would otherwise block the queue.
+
+    The connector's connection is opened (or checked) here, bounded by the time left: a
+    database failure returns the summary with ``stopped: "database_error"`` rather than
+    raising.
     """
-    if time_left() >= settings.lease_seconds:
+    start_left = time_left()
+    if start_left >= settings.lease_seconds:
         raise ConfigError(
             f"PGDRAIN_LEASE_SECONDS ({settings.lease_seconds}) must be longer than the "
-            f"function timeout ({time_left():.0f} s left at start): otherwise a live "
+            f"function timeout ({start_left:.0f} s left at start): otherwise a live "
             "invocation could lose its jobs to the janitor")
-    with TimeLimits() as limits:
-        run = _Drain(connector, registry, settings, time_left, observer or _NullObserver(),
-                     limits)
+    run = _Drain(connector, registry, settings, time_left, observer or _NullObserver(),
+                 start_left)
+    with TimeLimits(on_stuck=run.handler_stuck) as limits:
+        run.limits = limits
         return run.run()
 
 
+def shortest_runnable_seconds(registry: Registry, settings: Settings) -> float:
+    """The least time after the safety margin in which a drain can run a job at all."""
+    budgets = [h.timeout for h in registry if h.timeout is not None]
+    return min([*budgets, settings.job_timeout_seconds, MIN_CUT_SHORT_SECONDS])
+
+
 class _Drain:
+    limits: TimeLimits
+
     def __init__(self, connector: Connector, registry: Registry, settings: Settings,
-                 time_left: Callable[[], float], observer: DrainObserver, limits: TimeLimits):
+                 time_left: Callable[[], float], observer: DrainObserver, start_left: float):
         self.connector = connector
-        self.limits = limits
         self.registry = registry
         self.settings = settings
         self.time_left = time_left
@@ -127,57 +163,102 @@ class _Drain:
         self.done_buffer: list[tuple[Job, float]] = []
         self.done_buffer_since = 0.0
         self.started = 0
+        self.running: Job | None = None
         budgets = [h.timeout for h in registry if h.timeout is not None]
         self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
+        self.margin = settings.margin_for(start_left)
+        self.io_deadline = time.monotonic() + start_left - self.margin * (1 - IO_SHARE_OF_MARGIN)
 
     @property
     def session(self) -> Session:
         return self.connector.session()
 
     def run(self) -> DrainSummary:
+        try:
+            self.connector.open(self.io_deadline)
+            self._janitor()
+            self._drain()
+        except DatabaseUnavailable as exc:
+            self._stopped_by_database(exc)
+        return self.summary
+
+    def _janitor(self) -> None:
         janitor = queue.run_janitor(self.session, self.settings)
         self.summary.reclaimed = janitor.reclaimed + janitor.failed
         self.summary.reclaimed_failed = janitor.failed
+        self.summary.reclaimed_refunded = janitor.refunded
         self.summary.purged = janitor.purged
         self.summary.vacuumed = int(queue.vacuum_if_due(self.session, self.settings))
+
+    def _drain(self) -> None:
         while True:
             room = self.settings.max_jobs - self.summary.claimed
             if room <= 0:
                 self.summary.stopped = "max_jobs"
-                break
-            left = self.time_left() - self.settings.safety_margin_seconds
+                return
+            left = self.time_left() - self.margin
             # Until a job has started, less than a budget may do (see _runs_cut_short).
             needed = self.smallest_budget if self.started else min(self.smallest_budget,
                                                                     MIN_CUT_SHORT_SECONDS)
             if left < needed:
                 self.summary.stopped = "deadline"
-                break
+                return
             jobs = queue.claim(self.session, batch_size=min(self.settings.batch_size, room),
                                lease_seconds=self.settings.lease_seconds,
                                queues=self.settings.queues or None)
             if not jobs:
-                break
+                return
             self.summary.claimed += len(jobs)
             if not self._run_batch(jobs):
                 self.summary.stopped = "deadline"
-                break
-        return self.summary
+                return
+
+    def _stopped_by_database(self, exc: DatabaseUnavailable) -> None:
+        """End the drain on a database failure, with a summary that says so."""
+        self.connector.discard()
+        if isinstance(exc, DatabaseTimeout) and time.monotonic() >= self.io_deadline:
+            self.summary.stopped = "deadline"
+        else:
+            self.summary.stopped = "database_error"
+        # The summary may reach an API client: pgdrain's short message, never the server's
+        # fields, host or user (DatabaseConnectError says where; that is for the log).
+        self.summary.error = ("could not connect to the database"
+                              if isinstance(exc, DatabaseConnectError) else str(exc))
+        log.error("drain stopped: %s; the jobs it claimed and did not record come back "
+                  "uncharged when their leases expire", exc, exc_info=exc)
+
+    def handler_stuck(self, seconds: float) -> None:
+        """Called by the time limit when a handler ignores every HandlerTimeout."""
+        job = self.running
+        log.error("job %s (%s) ignored its time limit: still running %.1f s after it ran out, "
+                  "catching HandlerTimeout (except BaseException, or a bare except) at more "
+                  "than one level, or inside code that never returns to Python. If it does not "
+                  "stop, Lambda ends this invocation at its timeout and its jobs come back "
+                  "uncharged when their leases expire. Never swallow HandlerTimeout.",
+                  job.id if job else "?", job.job_type if job else "?", seconds)
 
     def _run_batch(self, jobs: list[Job]) -> bool:
         """Run a claimed batch; False if the deadline stopped it (the rest was released)."""
         index = 0
         try:
             for index, job in enumerate(jobs):
+                if job.payload_error is not None:
+                    self._fail_before_start(job, f"undecodable payload: {job.payload_error}")
+                    continue
                 handler = self.registry.get(job.job_type)
                 if handler is None:
-                    self._fail_unknown(job)
+                    self._fail_before_start(
+                        job, f"no handler registered for job_type '{job.job_type}'")
                     continue
                 budget = handler.timeout or self.settings.job_timeout_seconds
-                left = self.time_left() - self.settings.safety_margin_seconds
+                left = self.time_left() - self.margin
                 if left < budget and not self._runs_cut_short(job, budget, left):
                     self._flush_done()
                     self._release(jobs[index:])
                     return False
+                if job.lost_claims and not queue.mark_started(self.session, job):
+                    self._count(job, "stale", 0.0, None)
+                    continue
                 self.started += 1
                 self._run_job(job, handler, min(budget, left))
                 if (self.done_buffer and time.monotonic() - self.done_buffer_since
@@ -221,12 +302,24 @@ class _Drain:
             except Discard as exc:
                 self._record_error(job, exc, 0.0)
                 return
-        if handler.transactional:
-            self._run_transactional(job, handler, timeout, started)
-            return
+        self.running = job
         try:
-            with self.limits.limit(timeout):
-                handler.func(job)
+            if handler.transactional:
+                self._run_transactional(job, handler, timeout, started)
+            else:
+                self._run_plain(job, handler, timeout, started)
+        finally:
+            self.running = None
+
+    def _run_plain(self, job: Job, handler: Handler, timeout: float, started: float) -> None:
+        try:
+            try:
+                with self.limits.limit(timeout) as limit:
+                    handler.func(job)
+            finally:
+                self.limits.disarm()
+            if limit.fired:  # it caught HandlerTimeout and returned: it still overran
+                raise HandlerTimeout(f"timed out after {timeout:g} s")
         except BaseException as exc:
             if not isinstance(exc, Exception | HandlerTimeout):
                 raise  # KeyboardInterrupt, SystemExit: not the job's failure
@@ -247,8 +340,13 @@ class _Drain:
             # A second past the handler's own limit, so that the limit normally speaks first.
             session.rows("transaction_statement_timeout",
                          milliseconds=math.ceil((timeout + 1) * 1000))
-            with self.limits.limit(timeout):
-                handler.func(job, session.conn)
+            try:
+                with self.limits.limit(timeout) as limit:
+                    handler.func(job, session.conn)
+            finally:
+                self.limits.disarm()
+            if limit.fired:  # it caught HandlerTimeout and returned: it still overran
+                raise HandlerTimeout(f"timed out after {timeout:g} s")
             if queue.complete(session, [job]).stale:
                 raise _StaleClaim
             # A deferred constraint or a serialization failure surfaces here: the job's error.
@@ -286,16 +384,18 @@ class _Drain:
                 session, job, message, self.settings.backoff,
                 retryable=not isinstance(exc, Discard))
             outcome = "retried" if status == "pending" else "failed"
-        if not written:
-            outcome = "stale"
-        setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
-        self.observer.job_finished(job, outcome, duration, exc)
+        self._count(job, outcome if written else "stale", duration, exc)
 
-    def _fail_unknown(self, job: Job) -> None:
-        error = f"no handler registered for job_type '{job.job_type}'"
+    def _fail_before_start(self, job: Job, error: str) -> None:
+        """Dead-letter a job that cannot run at all (no handler, a payload Python cannot
+        hold): retrying would not change that. Nothing of it ran."""
         outcome = "failed" if queue.fail(self.session, job, error) else "stale"
+        self._count(job, outcome, 0.0, LookupError(error))
+
+    def _count(self, job: Job, outcome: str, duration: float,
+               error: BaseException | None) -> None:
         setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
-        self.observer.job_finished(job, outcome, 0.0, LookupError(error))
+        self.observer.job_finished(job, outcome, duration, error)
 
     def _flush_done(self) -> None:
         if not self.done_buffer:

@@ -24,6 +24,10 @@ class InvalidJobError(PgdrainError, ValueError):
         self.index = index
 
 
+class InvalidJobId(PgdrainError, ValueError):
+    """A job id that cannot name a job: not an integer from 1 to 2**63 - 1."""
+
+
 class MigrationError(PgdrainError):
     """The database schema could not be brought up to date."""
 
@@ -33,8 +37,25 @@ class DedupeContention(PgdrainError):
     enqueues while this one ran; retrying it is safe (inside a transaction, nothing stayed)."""
 
 
-class DatabaseConnectError(PgdrainError):
+class DatabaseUnavailable(PgdrainError):
+    """The database could not be reached, or the connection broke mid-statement.
+
+    The driver's error is kept as ``__cause__`` (for the log); the message is pgdrain's own,
+    short enough to hand to a client. Whether the statement took effect is unknown.
+    """
+
+
+class DatabaseConnectError(DatabaseUnavailable):
     """pgdrain could not connect; the message says where and why, never the password."""
+
+
+class DatabaseTimeout(DatabaseUnavailable):
+    """A statement, a lock wait or a socket read ran out of the time the caller had left.
+
+    Raised for the server's ``statement_timeout`` (57014) and ``lock_timeout`` (55P03), for a
+    socket that stayed silent until the deadline (a partition, an overloaded server), and
+    before a statement when no time is left to run it.
+    """
 
 
 # The longest a job can be put off, by enqueue's delay_seconds or by Snooze: ten years.

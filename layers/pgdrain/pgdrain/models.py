@@ -38,6 +38,12 @@ class Job:
     lease_expires_at: datetime
     lease_token: str
     dedupe_key: str | None = None
+    lost_claims: int = 0
+    """How often a drain died holding this job before it was known to have started; when
+    above 0 the drain records the job's start before running it (see policy.after_lost_lease)."""
+    payload_error: str | None = None
+    """Why the stored payload could not be decoded (``payload`` is then None): the drain
+    fails the job with this reason instead of running it."""
 
     @property
     def idempotency_key(self) -> str:
@@ -71,11 +77,21 @@ class JanitorResult:
 
     ran: bool
     reclaimed: int = 0
-    """Expired leases put back to pending."""
+    """Expired leases put back to pending (charged, with backoff, or refunded)."""
     failed: int = 0
-    """Expired leases out of attempts, moved to failed."""
+    """Expired leases with a recorded start, out of attempts: moved to failed."""
     purged: int = 0
     """Old done rows deleted."""
+    refunded: int = 0
+    """Of ``reclaimed``: jobs whose start was never recorded, given their attempt back."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """Due pending jobs (counted up to a cap) and how long the oldest has waited."""
+
+    due: int = 0
+    oldest_due_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

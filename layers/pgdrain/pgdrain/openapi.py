@@ -340,7 +340,12 @@ def _job_view_schema() -> dict[str, Any]:
             "id": _job_id_schema(),
             "job_type": {"type": "string"},
             "payload": {"description": "The stored payload: a JSON object for jobs enqueued "
-                                       "through this API."},
+                                       "through this API; null when plain SQL stored one "
+                                       "that cannot be decoded (see payload_error)."},
+            "payload_error": {"type": "string",
+                              "description": "Present only when the stored payload cannot be "
+                                             "decoded (a number of thousands of digits, or "
+                                             "nested thousands deep): why."},
             "status": {"type": "string", "enum": [s.value for s in Status]},
             "attempts": {**integer, "minimum": 0,
                          "description": "Attempts started (a claim spends one)."},
@@ -353,16 +358,25 @@ def _job_view_schema() -> dict[str, Any]:
             "lease_expires_at": nullable(_DATE_TIME, "While running: when the janitor may "
                                                      "reclaim it."),
             "last_error": nullable({"type": "string"}, "The last failed attempt's error."),
-            "errors": {
+            "errors": nullable({
                 "type": "array",
-                "description": "One entry per failed attempt, oldest first.",
                 "items": {
                     "type": "object",
                     "properties": {"attempt": integer, "at": _DATE_TIME,
                                    "error": {"type": "string"}},
                     "required": ["attempt", "at", "error"],
                 },
-            },
+            }, "One entry per failed attempt, oldest first (null only if plain SQL stored "
+               "something that cannot be decoded: see errors_error)."),
+            "errors_error": {"type": "string",
+                             "description": "Present only when the stored errors cannot be "
+                                            "decoded: why."},
+            "lost_claims": {**integer, "minimum": 0,
+                            "description": "Times a drain died holding this job before its "
+                                           "start was recorded; such a claim was given its "
+                                           "attempt back."},
+            "started_at": nullable(_DATE_TIME, "When the current attempt's handler started, "
+                                               "recorded only once lost_claims is above 0."),
             "dedupe_key": nullable({"type": "string"}, "The job's dedupe key, if any."),
             "finished_at": nullable(_DATE_TIME, "When it became done or failed."),
             "updated_at": _DATE_TIME,
@@ -370,7 +384,7 @@ def _job_view_schema() -> dict[str, Any]:
         "required": ["id", "job_type", "payload", "status", "attempts", "max_attempts",
                      "run_at", "created_at", "queue", "priority", "claimed_at",
                      "lease_expires_at", "last_error", "errors", "dedupe_key", "finished_at",
-                     "updated_at"],
+                     "updated_at", "lost_claims", "started_at"],
     }
 
 

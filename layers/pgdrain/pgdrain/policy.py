@@ -55,6 +55,12 @@ class Fail:
     """Dead-letter the job: it is out of attempts, or asked not to be retried."""
 
 
+@dataclass(frozen=True, slots=True)
+class Refund:
+    """Pending again at once with the claim's attempt given back: nothing shows that the job
+    ever started, so it is not charged."""
+
+
 Decision = Retry | Fail
 
 
@@ -74,3 +80,27 @@ def after_failure(
     if not retryable or attempts >= max_attempts:
         return Fail()
     return Retry(backoff.delay(attempts, rand))
+
+
+def after_lost_lease(
+    attempts: int,
+    max_attempts: int,
+    backoff: Backoff,
+    *,
+    started: bool,
+    rand: Callable[[], float] = random.random,
+) -> Retry | Fail | Refund:
+    """Decide what happens to a job whose lease expired: its drain died holding it.
+
+    A drain runs its claimed batch one job after another, so when it dies only one of them
+    was running, and unless the drain recorded the job's start (``started``), nothing says
+    which. Such a job is refunded, never charged: a job that never started is never charged
+    an attempt and never dead-lettered for a lease that expired. The refund is counted on the
+    job (``lost_claims``), and from then on the drain records its start before running it; a
+    lease that expires after a recorded start is that attempt's failure, so a job that kills
+    its worker every time still ends ``failed`` after ``max_attempts`` (at most one uncharged
+    run more).
+    """
+    if not started:
+        return Refund()
+    return after_failure(attempts, max_attempts, backoff, rand=rand)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .db import UNIQUE_VIOLATION, Session, as_session, sqlstate
-from .errors import MAX_DELAY_SECONDS, DedupeContention, InvalidJobError
-from .models import EnqueueResult, JanitorResult, Job, QueueStats, Written
-from .policy import Backoff, Fail, after_failure
+from .db import DEADLOCK_DETECTED, UNIQUE_VIOLATION, Session, array_literal, as_session, sqlstate
+from .errors import MAX_DELAY_SECONDS, DedupeContention, InvalidJobError, InvalidJobId
+from .models import Backlog, EnqueueResult, JanitorResult, Job, QueueStats, Written
+from .policy import Backoff, Fail, Refund, Retry, after_failure, after_lost_lease
 from .registry import REGISTRY
 from .settings import Settings
 
@@ -34,10 +34,12 @@ MAX_INT = 2**31 - 1
 JANITOR_LOCK_KEY = 0x70676472_61696E01
 MIGRATION_LOCK_KEY = 0x70676472_61696E02
 
+MAX_JOB_ID = 2**63 - 1
+# The Backlog metric counts due jobs up to this many: enough for an alarm, and a bounded read.
+BACKLOG_CAP = 10_000
+
 _JOB_FIELDS = frozenset({"job_type", "payload", "queue", "priority", "max_attempts", "run_at",
                          "delay_seconds", "dedupe_key"})
-_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_TOKEN_LIST = re.compile(rf"{_UUID}(?:,{_UUID})*")
 # A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -149,6 +151,46 @@ def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[
     if not batch:
         return []
     session = as_session(conn)
+    for attempt in range(_DEADLOCK_ROUNDS):
+        try:
+            return _enqueue_validated(session, batch)
+        except Exception as exc:
+            # Inserts take their dedupe keys in one fixed order, so two pgdrain batches cannot
+            # deadlock each other; a deadlock with the application's own transactions can
+            # still happen. Retried where nothing else was lost with the statement: on a
+            # connection in autocommit. Inside a transaction, the error is the caller's.
+            if (attempt + 1 == _DEADLOCK_ROUNDS or sqlstate(exc) != DEADLOCK_DETECTED
+                    or not session.autocommitting()):
+                raise
+    raise AssertionError("unreachable")
+
+
+# A deadlock is retried once in autocommit: the server already chose this statement to fail.
+_DEADLOCK_ROUNDS = 2
+
+
+def enqueue_atomically(session: Session, jobs: Iterable[Mapping[str, Any] | NewJob]
+                       ) -> list[EnqueueResult]:
+    """``enqueue_many`` on a connection pgdrain owns, all-or-nothing.
+
+    A batch without dedupe keys is one statement. With keys it is a transaction (the lookup
+    of live duplicates, and the re-insert of a holder that finished meanwhile, commit with the
+    insert), run again from the start if the server breaks a deadlock by failing it.
+    """
+    batch = [_validated(job, i) for i, job in enumerate(jobs)]
+    if not any(job.dedupe_key for job in batch):
+        return enqueue_many(session, batch)
+    for attempt in range(_DEADLOCK_ROUNDS + 1):
+        try:
+            with session.transaction():
+                return _enqueue_validated(session, batch)
+        except Exception as exc:
+            if attempt == _DEADLOCK_ROUNDS or sqlstate(exc) != DEADLOCK_DETECTED:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _enqueue_validated(session: Session, batch: list[NewJob]) -> list[EnqueueResult]:
     results = _insert(session, batch)
     # Items skipped because a live job held their dedupe_key get that job's id. A holder can
     # finish between the insert and the lookup: its key is free again, so insert those anew.
@@ -178,33 +220,51 @@ def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[
 _DEDUPE_ROUNDS = 5
 
 
+def _insertion_order(batch: list[NewJob]) -> list[int]:
+    """The order to insert ``batch`` in: jobs without a dedupe key first, as given, then the
+    keyed ones by (length, key).
+
+    Two transactions inserting the same keys in opposite orders each wait for the other's
+    uncommitted key: a deadlock. One fixed order for every batch makes that impossible
+    between pgdrain's own inserts. Length first keeps the ``<key>:0``, ``<key>:1``, ...,
+    ``<key>:10`` keys of an Idempotency-Key batch in their given order.
+    """
+    def key(i: int) -> tuple[int, int, str, int]:
+        dedupe_key = batch[i].dedupe_key
+        if dedupe_key is None:
+            return (0, 0, "", i)
+        return (1, len(dedupe_key), dedupe_key, i)
+
+    return sorted(range(len(batch)), key=key)
+
+
 def _insert(session: Session, batch: list[NewJob]) -> list[EnqueueResult | None]:
     """Insert ``batch`` in one statement: a result per item, None where a live job held its
     dedupe key (or an earlier item of the batch took it)."""
     if not batch:
         return []
+    order = _insertion_order(batch)
+    rows = [batch[i] for i in order]
     inserted = session.rows(
         "job_enqueue_batch",
-        job_types=[j.job_type for j in batch],
-        payloads=[j.payload_json for j in batch],
-        queues=[j.queue for j in batch],
-        priorities=[j.priority for j in batch],
-        max_attempts=[j.max_attempts for j in batch],
-        run_ats=[j.run_at for j in batch],
-        delays=[j.delay_seconds for j in batch],
-        dedupe_keys=[j.dedupe_key for j in batch],
+        job_types=[j.job_type for j in rows],
+        payloads=[j.payload_json for j in rows],
+        queues=[j.queue for j in rows],
+        priorities=[j.priority for j in rows],
+        max_attempts=[j.max_attempts for j in rows],
+        run_ats=[j.run_at for j in rows],
+        delays=[j.delay_seconds for j in rows],
+        dedupe_keys=[j.dedupe_key for j in rows],
     )
-    # Identity values are drawn in insertion order, which follows the input (ORDER BY ord), so
-    # the inserted rows sorted by id line up with the input items that were not duplicates.
+    # Identity values are drawn in insertion order (ORDER BY ord), so the inserted rows sorted
+    # by id line up with the rows, in insertion order, that were not duplicates.
     fresh = iter(sorted(inserted, key=lambda r: r["id"]))
     pending_row = next(fresh, None)
-    results: list[EnqueueResult | None] = []
-    for job in batch:
-        if pending_row is not None and pending_row["dedupe_key"] == job.dedupe_key:
-            results.append(EnqueueResult(pending_row["id"], True, pending_row["due"]))
+    results: list[EnqueueResult | None] = [None] * len(batch)
+    for i in order:
+        if pending_row is not None and pending_row["dedupe_key"] == batch[i].dedupe_key:
+            results[i] = EnqueueResult(pending_row["id"], True, pending_row["due"])
             pending_row = next(fresh, None)
-        else:
-            results.append(None)
     return results
 
 
@@ -262,7 +322,34 @@ def claim(
         "job_claim_batch", batch_size=batch_size, lease_seconds=lease_seconds,
         queues=list(queues) if queues else None,
     )
-    return [Job(**row) for row in rows]
+    return [_claimed_job(row) for row in rows]
+
+
+def _claimed_job(row: dict[str, Any]) -> Job:
+    # Decoded here, one job at a time: a payload that cannot be decoded is that job's problem.
+    payload, row["payload_error"] = decode_json(row["payload"])
+    row["payload"] = payload
+    return Job(**row)
+
+
+def decode_json(text: str | None) -> tuple[Any, str | None]:
+    """A JSON column read as text, decoded: ``(value, None)``, or ``(None, why)`` when
+    Python cannot hold it (PostgreSQL's jsonb accepts numbers of any size and any depth)."""
+    if text is None:
+        return None, None
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "the stored JSON is nested too deeply to decode"
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        return None, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
+
+
+def mark_started(conn: Any, job: Job) -> bool:
+    """Record that a claimed job's handler starts now (see ``policy.after_lost_lease``);
+    False if the claim was lost."""
+    return as_session(conn).one("job_mark_started", id=job.id,
+                                token=job.lease_token) is not None
 
 
 def _written(asked: Sequence[Job], rows: list[dict[str, Any]]) -> Written:
@@ -272,14 +359,8 @@ def _written(asked: Sequence[Job], rows: list[dict[str, Any]]) -> Written:
 
 
 def _claims(jobs: Sequence[Job]) -> dict[str, str]:
-    # Array literals built here: ids are ints and tokens are UUIDs, so nothing needs quoting,
-    # and it spares the driver's per-element escaping on the drain's hottest statement. One
-    # regular-expression check of the whole list keeps anything else out of the literal.
-    tokens = ",".join(j.lease_token for j in jobs)
-    if not _TOKEN_LIST.fullmatch(tokens):
-        raise ValueError("a job's lease_token is not a UUID")
-    return {"ids": "{" + ",".join(str(int(j.id)) for j in jobs) + "}",
-            "tokens": "{" + tokens + "}"}
+    return {"ids": array_literal([j.id for j in jobs]),
+            "tokens": array_literal([j.lease_token for j in jobs])}
 
 
 def complete(conn: Any, jobs: Sequence[Job]) -> Written:
@@ -355,20 +436,20 @@ def run_janitor(conn: Any, settings: Settings) -> JanitorResult:
         if not session.one("janitor_try_lock", lock_key=JANITOR_LOCK_KEY)["locked"]:
             return JanitorResult(ran=False)
         expired = session.rows("janitor_select_expired", limit=settings.reclaim_batch_size)
-        reclaimed = failed = 0
+        reclaimed = failed = refunded = 0
         if expired:
-            decisions = [after_failure(r["attempts"], r["max_attempts"], settings.backoff)
-                         for r in expired]
+            decisions = [after_lost_lease(r["attempts"], r["max_attempts"], settings.backoff,
+                                          started=r["started"]) for r in expired]
             changed = session.rows(
                 "janitor_reclaim_batch",
                 ids=[r["id"] for r in expired],
                 tokens=[r["lease_token"] for r in expired],
-                statuses=["failed" if isinstance(d, Fail) else "pending" for d in decisions],
-                delays=[0.0 if isinstance(d, Fail) else d.delay_seconds for d in decisions],
-                error="lease expired: the worker did not finish the job before its lease "
-                      "ran out (it crashed, was killed, or timed out)",
+                actions=[_action(d) for d in decisions],
+                delays=[d.delay_seconds if isinstance(d, Retry) else 0.0 for d in decisions],
+                error=LEASE_EXPIRED_ERROR,
             )
-            failed = sum(1 for r in changed if r["status"] == "failed")
+            failed = sum(1 for r in changed if r["action"] == "fail")
+            refunded = sum(1 for r in changed if r["action"] == "refund")
             reclaimed = len(changed) - failed
         purged = 0
         for _ in range(settings.purge_max_batches):
@@ -376,7 +457,17 @@ def run_janitor(conn: Any, settings: Settings) -> JanitorResult:
             purged += deleted
             if deleted < settings.purge_batch_size:
                 break
-    return JanitorResult(ran=True, reclaimed=reclaimed, failed=failed, purged=purged)
+    return JanitorResult(ran=True, reclaimed=reclaimed, failed=failed, purged=purged,
+                         refunded=refunded)
+
+
+LEASE_EXPIRED_ERROR = ("lease expired: the drain died while running this job (out of memory, "
+                       "killed at the function's timeout, or crashed) after recording its start")
+
+
+def _action(decision: Retry | Fail | Refund) -> str:
+    return "refund" if isinstance(decision, Refund) else \
+        "fail" if isinstance(decision, Fail) else "retry"
 
 
 def vacuum_if_due(conn: Any, settings: Settings) -> bool:
@@ -419,7 +510,8 @@ def requeue_failed(
     failed jobs sharing a free key, only the newest is requeued.
     """
     session = as_session(conn)
-    params = {"ids": None if ids is None else list(ids), "job_type": job_type, "queue": queue}
+    params = {"ids": None if ids is None else [job_id(i) for i in ids], "job_type": job_type,
+              "queue": queue}
     for attempt in range(_REQUEUE_ROUNDS):
         try:
             rows = session.rows("job_requeue_failed", **params)
@@ -442,9 +534,44 @@ def live_job_with_key(conn: Any, dedupe_key: str) -> int | None:
     return _live_ids(as_session(conn), {dedupe_key}).get(dedupe_key)
 
 
-def get_job(conn: Any, job_id: int) -> dict[str, Any] | None:
-    """One job with its status, lease and error history, or None."""
-    return as_session(conn).one("job_get", id=job_id)
+def job_id(value: Any) -> int:
+    """``value`` (an int, or a string of ASCII digits) as a job id, or InvalidJobId."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_JOB_ID:
+        return value
+    raise InvalidJobId(f"a job id is an integer from 1 to {MAX_JOB_ID}, not {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    # repr() of an int past 4,300 digits raises ValueError; a long string is cut short.
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def get_job(conn: Any, ident: int) -> dict[str, Any] | None:
+    """One job with its status, lease and error history, or None.
+
+    ``payload`` and ``errors`` are decoded; one that Python cannot hold (plain SQL may store
+    a 5,000-digit number) is None, with ``payload_error`` / ``errors_error`` saying why.
+    """
+    row = as_session(conn).one("job_get", id=job_id(ident))
+    if row is None:
+        return None
+    for column in ("payload", "errors"):
+        row[column], problem = decode_json(row[column])
+        if problem:
+            row[f"{column}_error"] = problem
+    return row
+
+
+def backlog(conn: Any, *, cap: int = BACKLOG_CAP) -> Backlog:
+    """Due pending jobs (counted up to ``cap``) and the age of the oldest, through the claim's
+    index: a bounded read whatever the size of the finished history."""
+    row = as_session(conn).one("job_backlog", cap=cap)
+    return Backlog(due=row["due"], oldest_due_seconds=row["oldest_due_seconds"])
 
 
 def stats(conn: Any) -> QueueStats:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import ConfigError
 from .policy import DEFAULT_BASE_SECONDS, DEFAULT_CAP_SECONDS, DEFAULT_JITTER, Backoff
@@ -24,7 +25,12 @@ DEFAULT_RECLAIM_BATCH_SIZE = 1000
 DEFAULT_MAX_JOBS = 1000
 DEFAULT_VACUUM_DEAD_TUPLES = 50_000
 DEFAULT_VACUUM_INTERVAL_SECONDS = 10.0
+# The safety margin, unless set: a tenth of the time the invocation has, from 0.2 to 2 s. A
+# 3 s function (Lambda's default timeout) keeps 0.3 s and has 2.7 s for jobs; a fixed 2 s left
+# it less than the second its first job needs, and it drained nothing.
 DEFAULT_SAFETY_MARGIN_SECONDS = 2.0
+MIN_SAFETY_MARGIN_SECONDS = 0.2
+SAFETY_MARGIN_SHARE = 0.1
 DEFAULT_JOB_TIMEOUT_SECONDS = 30.0
 
 DEFAULT_SECRET_MAX_AGE_SECONDS = 300
@@ -72,7 +78,10 @@ _FUNCTION_ROWS: tuple[tuple[str, str, str], ...] = (
     ("PGDRAIN_DOORBELL_WINDOW_SECONDS", str(DEFAULT_DOORBELL_WINDOW_SECONDS),
      "At most one doorbell ring per enqueue container in this window"),
     ("PGDRAIN_WEBHOOK_TIMEOUT_SECONDS", str(DEFAULT_WEBHOOK_TIMEOUT_SECONDS),
-     "deliver-webhook: timeout of each network step of the POST"),
+     "deliver-webhook: timeout of each network step of the POST (DNS lookup included)"),
+    ("PGDRAIN_WEBHOOK_ALLOWED_NETWORKS", "(none: public addresses only)",
+     "deliver-webhook: comma-separated networks (10.1.0.0/16, fd00::/8) it may reach besides "
+     "public addresses; loopback, link-local and private ones are refused otherwise"),
 )
 FUNCTION_SETTINGS: tuple[str, ...] = tuple(name for name, _, _ in _FUNCTION_ROWS)
 
@@ -85,8 +94,9 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
      "function timeout"),
     ("PGDRAIN_BATCH_SIZE", str(DEFAULT_BATCH_SIZE), "Jobs claimed per claim statement"),
     ("PGDRAIN_MAX_JOBS", str(DEFAULT_MAX_JOBS), "Most jobs one drain invocation runs"),
-    ("PGDRAIN_SAFETY_MARGIN_SECONDS", str(DEFAULT_SAFETY_MARGIN_SECONDS),
-     "Time a drain keeps in hand before its deadline to record outcomes and return"),
+    ("PGDRAIN_SAFETY_MARGIN_SECONDS", "10 % of the time left, 0.2 to 2",
+     "Time a drain keeps in hand before its deadline to record outcomes and return; unset, it "
+     "scales with the function's timeout"),
     ("PGDRAIN_JOB_TIMEOUT_SECONDS", str(DEFAULT_JOB_TIMEOUT_SECONDS),
      "Time budget of a handler that declares no timeout; an overrun is retried as timed out"),
     ("PGDRAIN_PREPARED_STATEMENTS", "true",
@@ -134,7 +144,8 @@ class Settings:
     max_jobs: int = DEFAULT_MAX_JOBS
     vacuum_dead_tuples: int = DEFAULT_VACUUM_DEAD_TUPLES
     vacuum_interval_seconds: float = DEFAULT_VACUUM_INTERVAL_SECONDS
-    safety_margin_seconds: float = DEFAULT_SAFETY_MARGIN_SECONDS
+    safety_margin_seconds: float | None = None
+    """None: ``margin_for`` scales it with the time an invocation has."""
     job_timeout_seconds: float = DEFAULT_JOB_TIMEOUT_SECONDS
     job_modules: str | None = None
     tracing: bool = False
@@ -148,11 +159,18 @@ class Settings:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("retention_seconds", "purge_max_batches", "safety_margin_seconds",
                      "vacuum_dead_tuples", "vacuum_interval_seconds"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
         if not self.job_timeout_seconds > 0:
             raise ConfigError(f"job_timeout_seconds must be positive, got "
                               f"{self.job_timeout_seconds}")
+
+    def margin_for(self, time_left: float) -> float:
+        """The safety margin of an invocation that has ``time_left`` seconds at its start."""
+        if self.safety_margin_seconds is not None:
+            return self.safety_margin_seconds
+        return min(DEFAULT_SAFETY_MARGIN_SECONDS,
+                   max(MIN_SAFETY_MARGIN_SECONDS, SAFETY_MARGIN_SHARE * time_left))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -185,8 +203,7 @@ class Settings:
                 env, "PGDRAIN_VACUUM_DEAD_TUPLES", DEFAULT_VACUUM_DEAD_TUPLES, 0),
             vacuum_interval_seconds=_number(
                 env, "PGDRAIN_VACUUM_INTERVAL_SECONDS", DEFAULT_VACUUM_INTERVAL_SECONDS),
-            safety_margin_seconds=_number(
-                env, "PGDRAIN_SAFETY_MARGIN_SECONDS", DEFAULT_SAFETY_MARGIN_SECONDS),
+            safety_margin_seconds=_number(env, "PGDRAIN_SAFETY_MARGIN_SECONDS", None),
             job_timeout_seconds=_number(
                 env, "PGDRAIN_JOB_TIMEOUT_SECONDS", DEFAULT_JOB_TIMEOUT_SECONDS),
             job_modules=env.get("PGDRAIN_JOBS") or None,
@@ -221,7 +238,7 @@ def flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
-def _number(env: Mapping[str, str], name: str, default: float) -> float:
+def _number(env: Mapping[str, str], name: str, default: Any) -> Any:
     raw = env.get(name, "").strip()
     if not raw:
         return default

@@ -22,14 +22,26 @@ Outcomes:
 - 3xx: ``Discard``: redirects are not followed for a POST, the target is misconfigured;
 - other 4xx, and an invalid payload: ``Discard`` (a permanent error).
 
+Destinations: the drain runs inside the database's network, and any API caller can enqueue a
+webhook, so only public addresses are reached. The host is resolved first (bounded by the
+timeout) and every address it resolves to is checked: loopback, link-local (the instance
+metadata service at 169.254.169.254), private, shared, reserved, multicast and unspecified
+addresses, and IPv6 forms that embed one (IPv4-mapped, 6to4, NAT64, Teredo), are refused
+(``Discard``) before any connection is opened; the connection then goes to the address that
+was checked, so a second DNS answer cannot swap it. ``PGDRAIN_WEBHOOK_ALLOWED_NETWORKS``
+(comma-separated networks, e.g. ``10.1.0.0/16,fd00:1::/64``) lets internal hooks through.
+Proxy variables (``HTTPS_PROXY``) are not used.
+
 ``PGDRAIN_WEBHOOK_TIMEOUT_SECONDS`` (default 10, read on every call) bounds each network operation
-(connect, send, each read); keep it well under the handler's 30 s budget, which bounds the whole
-delivery. Error messages name the target as ``scheme://host/path`` only, never its userinfo or
-query string, which may carry credentials; a secret kept in the path itself (as some chat
-webhooks do) is not hidden. At most 64 KiB of a response is read and 200 characters of it quoted.
+(the DNS lookup, connect, send, each read); keep it well under the handler's 30 s budget, which
+bounds the whole delivery. Error messages name the target as ``scheme://host/path`` only, never
+its userinfo or query string, which may carry credentials; a secret kept in the path itself (as
+some chat webhooks do) is not hidden. Nothing of a response body is kept: ``GET /jobs/{id}``
+shows the job's errors to whoever may read the job, and a body could be anything the target
+chose to say. At most 64 KiB of a 2xx response is read, and dropped.
 
 This module is imported by the enqueue function just to learn the job types, so the HTTP
-machinery (``urllib.request``, about 50 ms) is imported inside the handler, not here.
+machinery (``http.client``, ``ssl``) is imported inside the handler, not here.
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ from pgdrain.settings import DEFAULT_WEBHOOK_TIMEOUT_SECONDS
 JOB_TYPE = "deliver-webhook"
 HANDLER_TIMEOUT_SECONDS = 30
 TIMEOUT_ENV = "PGDRAIN_WEBHOOK_TIMEOUT_SECONDS"
+ALLOWED_NETWORKS_ENV = "PGDRAIN_WEBHOOK_ALLOWED_NETWORKS"
 DEFAULT_TIMEOUT_SECONDS = DEFAULT_WEBHOOK_TIMEOUT_SECONDS
 MAX_RESPONSE_BYTES = 64 * 1024
 MAX_QUOTED_CHARS = 200
@@ -74,10 +87,9 @@ class WebhookError(Exception):
 def deliver_webhook(job: pgdrain.Job) -> None:
     """POST ``job.payload["body"]`` as JSON to ``job.payload["url"]``; see the module docstring."""
     import json
-    import urllib.error
-    import urllib.request
     from contextlib import suppress
     from http.client import HTTPException
+    from urllib.parse import urlsplit
 
     url, target, authorization, body, extra_headers = _parse_payload(job.payload)
     try:
@@ -85,42 +97,164 @@ def deliver_webhook(job: pgdrain.Job) -> None:
     except (TypeError, ValueError) as exc:
         raise pgdrain.Discard(f"deliver-webhook: body: must be JSON-serialisable ({exc})") from None
     timeout = _timeout_seconds()
-
-    request = urllib.request.Request(url, data=data, method="POST")
-    for name, value in extra_headers.items():
-        request.add_header(name, value)
-    if authorization and not request.has_header("Authorization"):
-        request.add_header("Authorization", authorization)
-    request.add_header("Content-Type", "application/json")
-    request.add_header("Idempotency-Key", job.idempotency_key)
-    if not request.has_header("User-agent"):  # add_header stores names str.capitalize()d
-        request.add_header("User-Agent", USER_AGENT)
-
-    opener = urllib.request.build_opener(_no_redirects_handler(urllib.request))
-    opener.addheaders = []  # no default "Python-urllib" User-Agent
+    allowed = _allowed_networks()
+    parts = urlsplit(url)
+    https = parts.scheme.lower() == "https"
+    port = parts.port or (443 if https else 80)
     where = f"POST {target}"
+    address = _public_address(parts.hostname or "", port, timeout, allowed, where)
+
+    headers = {"Content-Type": "application/json", "Idempotency-Key": job.idempotency_key}
+    names = {name.lower() for name in extra_headers}
+    if "user-agent" not in names:
+        headers["User-Agent"] = USER_AGENT
+    if authorization and "authorization" not in names:
+        headers["Authorization"] = authorization
+    headers.update(extra_headers)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+    connection = _connection(parts.hostname or "", port, address, timeout, https)
+    response = None
     try:
-        with opener.open(request, timeout=timeout) as response:
-            # Delivered: a body that fails to arrive no longer matters. Read a bounded amount;
-            # the connection is closed afterwards anyway.
+        connection.request("POST", path, body=data, headers=headers)
+        response = connection.getresponse()
+        status = response.status
+        if 200 <= status < 300:
+            # Delivered: a body that fails to arrive no longer matters. Read a bounded amount
+            # so the server is not cut off mid-write, then drop it.
             with suppress(OSError, HTTPException):
                 response.read(MAX_RESPONSE_BYTES)
             return
-    except urllib.error.HTTPError as exc:
-        try:
-            status = exc.code
-            retry_after = exc.headers.get("Retry-After") if exc.headers else None
-            location = exc.headers.get("Location") if exc.headers else None
-            excerpt = _excerpt(exc)
-        finally:
-            with suppress(Exception):
-                exc.close()
-        raise _status_error(where, status, excerpt, retry_after, location, url) from None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        raise WebhookError(f"{where}: {_describe(reason, timeout)}") from None
-    except (OSError, HTTPException) as exc:  # a timeout or reset after the request was sent
+        retry_after = response.getheader("Retry-After")
+        location = response.getheader("Location")
+    except (OSError, HTTPException) as exc:  # refused, reset, timed out, TLS, bad response
         raise WebhookError(f"{where}: {_describe(exc, timeout)}") from None
+    finally:
+        if response is not None:
+            response.close()
+        connection.close()
+    raise _status_error(where, status, retry_after, location, url)
+
+
+def _connection(host: str, port: int, address: str, timeout: float, https: bool) -> Any:
+    """An HTTP(S) connection to ``host`` that connects to ``address``, the checked one: the
+    Host header, TLS server name and certificate check still use ``host``."""
+    import http.client
+    import socket
+
+    if not https:
+        class Pinned(http.client.HTTPConnection):
+            def connect(self) -> None:
+                self.sock = socket.create_connection((address, port), self.timeout)
+
+        return Pinned(host, port, timeout=timeout)
+
+    import ssl
+
+    class PinnedTLS(http.client.HTTPSConnection):
+        def connect(self) -> None:
+            sock = socket.create_connection((address, port), self.timeout)
+            self.sock = self._context.wrap_socket(sock, server_hostname=host)
+
+    return PinnedTLS(host, port, timeout=timeout, context=ssl.create_default_context())
+
+
+def _public_address(host: str, port: int, timeout: float, allowed: list[Any],
+                    where: str) -> str:
+    """The address to connect to: ``host`` resolved, every answer public or allowed.
+
+    Discard if one is not (checked before any connection opens); WebhookError if the lookup
+    fails or takes longer than ``timeout`` (the resolver may be slow: a retry may do better).
+    """
+    import ipaddress
+
+    answers = _resolve(host, port, timeout, where)
+    for answer in answers:
+        address = ipaddress.ip_address(answer.partition("%")[0])
+        refusal = _refusal(address)
+        if refusal and not any(address in network for network in allowed):
+            shown = host if host == answer else f"{host} ({answer})"
+            raise pgdrain.Discard(
+                f"deliver-webhook: {where}: refused: {shown} is {refusal}; webhooks go to "
+                f"public addresses only (allow internal ones with {ALLOWED_NETWORKS_ENV})")
+    return answers[0]
+
+
+def _resolve(host: str, port: int, timeout: float, where: str) -> list[str]:
+    """``host``'s addresses (an IP literal is its own), the lookup bounded by ``timeout``.
+
+    getaddrinfo cannot be given a timeout: it runs in a daemon thread that is left to finish
+    on its own if it takes too long.
+    """
+    import socket
+    import threading
+
+    found: list[Any] = []
+
+    def lookup() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            found.append(exc)
+
+    thread = threading.Thread(target=lookup, name="pgdrain-webhook-dns", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not found:
+        raise WebhookError(f"{where}: the DNS lookup of {host} timed out after {timeout:g} s")
+    if isinstance(found[0], OSError):
+        raise WebhookError(f"{where}: the DNS lookup of {host} failed: "
+                           f"{found[0]}"[:MAX_QUOTED_CHARS])
+    addresses = list(dict.fromkeys(info[4][0] for info in found[0]))
+    if not addresses:
+        raise WebhookError(f"{where}: {host} has no address")
+    return addresses
+
+
+def _refusal(address: Any) -> str | None:
+    """Why ``address`` is not a public destination, or None if it is."""
+    import ipaddress
+
+    if address.version == 6:
+        embedded = address.ipv4_mapped or address.sixtofour
+        if address in ipaddress.ip_network(NAT64_PREFIX):
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None:
+            why = _refusal(embedded)
+            return f"{why} (inside the IPv6 address {address})" if why else None
+        if address.teredo is not None:
+            return "a Teredo tunnel address"
+        if address.is_site_local:
+            return "a site-local address"
+    for name, kind in (("is_loopback", "a loopback address"),
+                       ("is_link_local", "a link-local address (instance metadata lives there)"),
+                       ("is_unspecified", "the unspecified address"),
+                       ("is_multicast", "a multicast address"),
+                       ("is_private", "a private address"),
+                       ("is_reserved", "a reserved address")):
+        if getattr(address, name):
+            return kind
+    if not address.is_global:
+        return "not a public address"
+    return None
+
+
+def _allowed_networks() -> list[Any]:
+    """The networks of PGDRAIN_WEBHOOK_ALLOWED_NETWORKS (read on every call)."""
+    import ipaddress
+
+    raw = os.environ.get(ALLOWED_NETWORKS_ENV, "")
+    networks = []
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            # A configuration error, not the job's: retried, so fixing the setting saves it.
+            raise pgdrain.ConfigError(f"{ALLOWED_NETWORKS_ENV}: {entry[:60]!r} is not a network "
+                                      "(e.g. 10.0.0.0/8 or fd00::/8)") from None
+    return networks
 
 
 def _parse_payload(payload: Any) -> tuple[str, str, str | None, Any, dict[str, str]]:
@@ -208,10 +342,9 @@ def _timeout_seconds() -> float:
     return value
 
 
-def _status_error(where: str, status: int, excerpt: str, retry_after: str | None,
-                  location: str | None, url: str) -> BaseException:
-    """The exception for a non-2xx response."""
-    said = f": {excerpt}" if excerpt else ""
+def _status_error(where: str, status: int, retry_after: str | None, location: str | None,
+                  url: str) -> BaseException:
+    """The exception for a non-2xx response (its status only: never the body)."""
     if status in (429, 503) and retry_after is not None:
         delay = _retry_after_seconds(retry_after)
         if delay is not None:
@@ -222,10 +355,10 @@ def _status_error(where: str, status: int, excerpt: str, retry_after: str | None
                                f"for a webhook POST, so the url is misconfigured: update it to "
                                f"the final address")
     if status >= 500 or status in (408, 429):
-        return WebhookError(f"{where}: HTTP {status}{said}", status)
+        return WebhookError(f"{where}: HTTP {status}", status)
     if 400 <= status < 500:
-        return pgdrain.Discard(f"{where}: HTTP {status} (permanent, not retried){said}")
-    return WebhookError(f"{where}: unexpected HTTP {status}{said}", status)
+        return pgdrain.Discard(f"{where}: HTTP {status} (permanent, not retried)")
+    return WebhookError(f"{where}: unexpected HTTP {status}", status)
 
 
 def _retry_after_seconds(value: str) -> float | None:
@@ -260,16 +393,6 @@ def _redirect_target(url: str, location: str) -> str:
     return f"{parts.scheme}://{host}{parts.path or '/'}"[:MAX_QUOTED_CHARS]
 
 
-def _excerpt(response: Any) -> str:
-    """The first characters of a response body, on one line; '' if unreadable."""
-    try:
-        raw = response.read(MAX_RESPONSE_BYTES)
-    except Exception:  # a reset or timeout while reading an error body: the status says enough
-        return ""
-    text = (raw or b"").decode("utf-8", errors="replace")
-    return " ".join(text.split())[:MAX_QUOTED_CHARS]
-
-
 def _describe(reason: Any, timeout: float) -> str:
     """A connection error's description; it never includes the URL."""
     if isinstance(reason, TimeoutError) or "timed out" in str(reason):
@@ -288,15 +411,5 @@ def _quote(value: Any) -> str:
     return repr(value)[:60]
 
 
-def _no_redirects_handler(request_module: Any) -> Any:
-    """A redirect handler that follows nothing: a 3xx surfaces as an HTTPError.
-
-    urllib would otherwise turn a 301/302/303 answer to a POST into a GET of the new address,
-    silently dropping the body.
-    """
-
-    class NoRedirects(request_module.HTTPRedirectHandler):
-        def redirect_request(self, req, fp, code, msg, headers, newurl):
-            return None
-
-    return NoRedirects()
+# The well-known NAT64 prefix: the last 32 bits are an IPv4 address, reached through it.
+NAT64_PREFIX = "64:ff9b::/96"

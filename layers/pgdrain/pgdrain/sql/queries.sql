@@ -5,37 +5,54 @@
 -- are `:name` (pg8000's native style; pgdrain.sql converts them for DB-API drivers). Entries are
 -- sorted by name. Time always comes from the database (`now()`), never from the caller.
 
+-- name: connection_bound
+-- Bound every later statement of this session by the server too: a statement still running
+-- (or waiting for a lock) past the time the caller has left is cancelled, so nothing the
+-- drain or the enqueue function started outlives its invocation, even when the client has
+-- given up on the socket. Session-level; the next invocation sets its own. One round trip,
+-- which also tells whether a reused connection is still alive.
+SELECT set_config('statement_timeout', :statement_ms::int::text, false) AS statement_timeout,
+       set_config('lock_timeout', :lock_ms::int::text, false) AS lock_timeout
+
 -- name: connection_ping
 -- A cheap round trip that tells whether a reused connection is still alive.
 SELECT 1 AS alive
 
 -- name: janitor_reclaim_batch
--- Apply the janitor's decisions to expired leases: back to pending after a backoff, or to
--- failed once out of attempts. Guarded by the lease token it read, so a job that finished
+-- Apply the janitor's decisions to expired leases. 'refund': the job's start was never
+-- recorded, so it may never have run: pending again at once, the claim's attempt given back,
+-- lost_claims counted (its next run records its start), no error entry. 'retry': its start
+-- was recorded, the attempt is spent: pending after a backoff, with the error kept. 'fail':
+-- the same, out of attempts. Guarded by the lease token it read, so a job that finished
 -- meanwhile is left alone.
 UPDATE jobs AS j
-SET status           = d.status,
-    run_at           = CASE WHEN d.status = 'pending'
-                            THEN now() + make_interval(secs => d.delay_seconds)
-                            ELSE j.run_at END,
-    finished_at      = CASE WHEN d.status = 'failed' THEN now() END,
-    last_error       = :error::text,
-    errors           = j.errors || jsonb_build_array(jsonb_build_object(
-                           'attempt', j.attempts, 'at', now(), 'error', :error::text)),
+SET status           = CASE WHEN d.action = 'fail' THEN 'failed' ELSE 'pending' END,
+    attempts         = CASE WHEN d.action = 'refund' THEN greatest(j.attempts - 1, 0)
+                            ELSE j.attempts END,
+    lost_claims      = j.lost_claims + (d.action = 'refund')::int,
+    run_at           = CASE WHEN d.action = 'fail' THEN j.run_at
+                            ELSE now() + make_interval(secs => d.delay_seconds) END,
+    finished_at      = CASE WHEN d.action = 'fail' THEN now() END,
+    last_error       = CASE WHEN d.action = 'refund' THEN j.last_error ELSE :error::text END,
+    errors           = CASE WHEN d.action = 'refund' THEN j.errors
+                            ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                                'attempt', j.attempts, 'at', now(), 'error', :error::text))
+                       END,
     lease_expires_at = NULL,
     lease_token      = NULL,
     updated_at       = now()
-FROM unnest(:ids::bigint[], :tokens::uuid[], :statuses::text[], :delays::float8[])
-     AS d(id, lease_token, status, delay_seconds)
+FROM unnest(:ids::bigint[], :tokens::uuid[], :actions::text[], :delays::float8[])
+     AS d(id, lease_token, action, delay_seconds)
 WHERE j.id = d.id
   AND j.status = 'running'
   AND j.lease_token = d.lease_token
-RETURNING j.id, j.status
+RETURNING j.id, d.action
 
 -- name: janitor_select_expired
 -- Running jobs whose lease ran out, oldest first, locked so that two janitors never decide
--- about the same row.
-SELECT id, lease_token::text AS lease_token, attempts, max_attempts
+-- about the same row; `started` says whether the claim recorded the job's start.
+SELECT id, lease_token::text AS lease_token, attempts, max_attempts,
+       started_at IS NOT NULL AS started
 FROM jobs
 WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at
@@ -47,12 +64,47 @@ FOR UPDATE SKIP LOCKED
 -- drain is running the janitor right now, and this one skips it.
 SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked
 
+-- name: job_backlog
+-- Due pending jobs (counted up to :cap) and the seconds the oldest has waited, read through
+-- the claim's index only, whatever the size of the finished history: the distinct priorities
+-- of pending jobs are found by skipping through the index, then each priority's first
+-- run_at and its due jobs are one index range each. What the drain's metrics need, at a
+-- bounded cost per invocation.
+WITH RECURSIVE priorities AS (
+    (SELECT priority FROM jobs WHERE status = 'pending' ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM jobs AS j
+            WHERE j.status = 'pending' AND j.priority > p.priority
+            ORDER BY j.priority LIMIT 1)
+    FROM priorities AS p
+    WHERE p.priority IS NOT NULL
+), per_priority AS (
+    SELECT first.run_at AS first_run_at, due.n
+    FROM priorities AS p
+    CROSS JOIN LATERAL (
+        SELECT j.run_at FROM jobs AS j
+        WHERE j.status = 'pending' AND j.priority = p.priority
+        ORDER BY j.run_at LIMIT 1) AS first
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM jobs AS j
+            WHERE j.status = 'pending' AND j.priority = p.priority AND j.run_at <= now()
+            LIMIT :cap::int) AS d) AS due
+    WHERE p.priority IS NOT NULL
+)
+SELECT least(COALESCE(sum(n), 0), :cap::int)::bigint AS due,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(first_run_at) FILTER (
+           WHERE first_run_at <= now())), 0)::float8 AS oldest_due_seconds
+FROM per_priority
+
 -- name: job_claim_batch
 -- Claim up to :batch_size due jobs in one statement: lock them with SKIP LOCKED, flip them to
 -- running, spend an attempt and stamp the lease. The MATERIALIZED CTE runs the locking SELECT
 -- exactly once; `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` may be re-evaluated
 -- by the planner and claim more than n rows. UPDATE ... RETURNING has no order: the outer
--- SELECT returns the batch in claim order.
+-- SELECT returns the batch in claim order. The payload comes back as text, decoded job by
+-- job: a row inserted by plain SQL that the driver cannot decode (a 5,000-digit number, an
+-- array nested 3,000 deep) fails alone instead of the whole batch.
 WITH due AS MATERIALIZED (
     SELECT id
     FROM jobs
@@ -69,12 +121,13 @@ WITH due AS MATERIALIZED (
         claimed_at       = now(),
         lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
         lease_token      = gen_random_uuid(),
+        started_at       = NULL,
         updated_at       = now()
     FROM due
     WHERE j.id = due.id
-    RETURNING j.id, j.job_type, j.payload, j.attempts, j.max_attempts, j.queue, j.priority,
-              j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key
+    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
+              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
+              j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
@@ -125,10 +178,12 @@ WHERE id = :id::bigint AND status = 'running' AND lease_token = :token::uuid
 RETURNING id
 
 -- name: job_get
--- One job by id, with its lease and error history.
-SELECT id, job_type, payload, status, attempts, max_attempts, run_at, created_at, queue,
-       priority, claimed_at, lease_expires_at, lease_token::text AS lease_token, last_error,
-       errors, dedupe_key, finished_at, updated_at
+-- One job by id, with its lease and error history. The JSON columns come back as text, for
+-- the caller to decode: plain SQL may have stored what the driver cannot read.
+SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, run_at,
+       created_at, queue, priority, claimed_at, lease_expires_at,
+       lease_token::text AS lease_token, last_error, errors::text AS errors, dedupe_key,
+       finished_at, updated_at, lost_claims, started_at
 FROM jobs
 WHERE id = :id::bigint
 
@@ -137,6 +192,15 @@ WHERE id = :id::bigint
 SELECT dedupe_key, id
 FROM jobs
 WHERE dedupe_key = ANY(:dedupe_keys::text[]) AND status IN ('pending', 'running')
+
+-- name: job_mark_started
+-- Record that a claimed job's handler is starting, before it runs: only for jobs whose claim
+-- was lost before (lost_claims > 0), so that if this drain dies too, the janitor charges the
+-- attempt the job really used. Guarded by its claim.
+UPDATE jobs
+SET started_at = now()
+WHERE id = :id::bigint AND status = 'running' AND lease_token = :token::uuid
+RETURNING id
 
 -- name: job_oldest_due_age
 -- Seconds since the oldest due pending job became due (0 when none is due): the queue's lag.
@@ -169,7 +233,7 @@ SELECT count(*)::int AS purged FROM purged
 -- refunded. Guarded by the claim.
 UPDATE jobs AS j
 SET status           = 'pending',
-    attempts         = j.attempts - 1,
+    attempts         = greatest(j.attempts - 1, 0),
     lease_expires_at = NULL,
     lease_token      = NULL,
     updated_at       = now()
@@ -225,7 +289,7 @@ RETURNING id
 -- (waiting is not failing). Guarded by its claim.
 UPDATE jobs
 SET status           = 'pending',
-    attempts         = attempts - 1,
+    attempts         = greatest(attempts - 1, 0),
     run_at           = now() + make_interval(secs => :delay_seconds::float8),
     lease_expires_at = NULL,
     lease_token      = NULL,
