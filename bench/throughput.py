@@ -98,6 +98,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="run only the configurations whose label contains TEXT "
+                             "(repeatable); the seed worker (1 process) always runs")
     args = parser.parse_args()
 
     with scratch_database("pgdrain_bench") as url:
@@ -113,9 +116,11 @@ def run(conn, url: str, args: argparse.Namespace) -> None:
     migrate(conn)
     conn.run(SEED_DDL)
     version = conn.run("SHOW server_version")[0][0]
-    rates: dict[str, list[float]] = {label: [] for label, *_ in CONFIGS}
+    configs = [c for c in CONFIGS if c is CONFIGS[0] or not args.only
+               or any(text in c[0] for text in args.only)]
+    rates: dict[str, list[float]] = {label: [] for label, *_ in configs}
     for round_no in range(args.rounds):
-        order = CONFIGS[round_no % len(CONFIGS):] + CONFIGS[:round_no % len(CONFIGS)]
+        order = configs[round_no % len(configs):] + configs[:round_no % len(configs)]
         for label, mode, processes, batch, extra in order:
             fill(conn, mode, args.jobs)
             seconds = run_once(url, mode, processes, batch, extra)
@@ -127,12 +132,12 @@ def run(conn, url: str, args: argparse.Namespace) -> None:
             rates[label].append(args.jobs / seconds)
             print(f"round {round_no + 1}: {label}: {args.jobs / seconds:,.0f} jobs/s",
                   file=sys.stderr, flush=True)
-    seed = statistics.median(rates[CONFIGS[0][0]])
+    seed = statistics.median(rates[configs[0][0]])
     print(f"\n{args.jobs:,} no-op jobs, PostgreSQL {version}, median of {args.rounds} "
           f"interleaved rounds, {os.cpu_count()} CPUs\n")
     print("| configuration | jobs/s (median) | runs | ratio to the seed worker (1 process) |")
     print("|---|---:|---|---:|")
-    for label, *_ in CONFIGS:
+    for label, *_ in configs:
         median = statistics.median(rates[label])
         runs = ", ".join(f"{r:,.0f}" for r in rates[label])
         print(f"| {label} | {median:,.0f} | {runs} | {median / seed:.1f} |")

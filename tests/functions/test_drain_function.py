@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import sys
 import time
 from urllib.parse import urlsplit
 
@@ -84,26 +85,36 @@ def test_two_seconds_left_with_one_second_jobs(load_function, conn, sql):
 def test_a_budget_longer_than_the_function_can_give_does_not_block_the_queue(
         load_function, conn, sql, caplog):
     # test-long declares 300 s; this function has 10. Released every time, it would sit at the
-    # head of the queue for ever: it runs as an invocation's first job, with the time left.
+    # head of the queue for ever: it runs with the time left, as long as that is at least half
+    # of what the invocation could ever give it (the whole of it for the first job).
     ids = [j.id for j in pgdrain.enqueue_many(conn, [
         {"job_type": "test-long", "payload": {"seconds": 0.1}},
         {"job_type": "test-long", "payload": {"seconds": 0.1}},
         {"job_type": "test-noop"}])]
     app = load_function("drain", PGDRAIN_SAFETY_MARGIN_SECONDS="1")
     first = app.lambda_handler({}, LambdaContext(timeout_seconds=10))
-    assert (first["done"], first["released"], first["stopped"]) == (1, 2, "deadline")
-    assert "job 1 (test-long) has a 300 s time budget but this invocation has" in caplog.text
-    second = app.lambda_handler({}, LambdaContext(timeout_seconds=10))
-    assert second["done"] == 2
+    assert (first["done"], first["released"], first["stopped"]) == (3, 0, "empty")
+    assert caplog.text.count("(test-long) has a 300 s time budget but this invocation has") == 1
     rows = sql("SELECT id, status, attempts FROM jobs ORDER BY id")
     assert [(r["id"], r["status"], r["attempts"]) for r in rows] == [
         (ids[0], "done", 1), (ids[1], "done", 1), (ids[2], "done", 1)]
 
 
-def test_a_function_shorter_than_every_budget_still_runs_one_job_per_invocation(
-        conn, sql, database_url):
-    # Only a 30 s budget is registered and the function has 10 s: the first job of each
-    # invocation runs anyway, with the time there is, instead of nothing ever being claimed.
+def test_a_job_cut_short_after_the_first_gets_half_of_what_the_invocation_could_give(
+        load_function, conn, sql):
+    # 4 s, margin 0.2: 3.8 s usable. The first 300-s job takes 2 s; the second would start
+    # with 1.7 s, less than half of 3.8: released for an invocation of its own.
+    pgdrain.enqueue_many(conn, [{"job_type": "test-long", "payload": {"seconds": 2}}] * 2)
+    app = load_function("drain", PGDRAIN_SAFETY_MARGIN_SECONDS="0.2")
+    summary = app.lambda_handler({}, LambdaContext(timeout_seconds=4))
+    assert (summary["done"], summary["released"], summary["stopped"]) == (1, 1, "deadline")
+    assert sorted((r["status"], r["attempts"]) for r in sql("SELECT * FROM jobs")) == [
+        ("done", 1), ("pending", 0)]
+
+
+def test_a_function_shorter_than_every_budget_still_drains(conn, sql, database_url):
+    # Only a 30 s budget is registered and the function has 10 s: jobs run anyway, with the
+    # time there is, instead of nothing ever being claimed.
     from pgdrain.db import Connector, connect
     from pgdrain.drain import drain
     from pgdrain.registry import Handler, Registry
@@ -115,11 +126,10 @@ def test_a_function_shorter_than_every_budget_still_runs_one_job_per_invocation(
     connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
     settings = pgdrain.Settings(safety_margin_seconds=2)
     try:
-        for released in (1, 0):
-            deadline = time.monotonic() + 10
-            summary = drain(connector, registry, settings,
-                            time_left=lambda d=deadline: d - time.monotonic())
-            assert (summary.done, summary.released) == (1, released), summary
+        deadline = time.monotonic() + 10
+        summary = drain(connector, registry, settings,
+                        time_left=lambda d=deadline: d - time.monotonic())
+        assert (summary.done, summary.released, summary.stopped) == (2, 0, "empty"), summary
     finally:
         connector.discard()
     assert len(ran) == 2
@@ -437,3 +447,83 @@ def test_tracing_sends_the_drain_to_the_xray_daemon(drain_process, conn, tmp_pat
     handler = next(d for d in documents if d["name"].startswith("## "))
     assert handler["trace_id"] == trace_id
     assert handler["annotations"]["ColdStart"] is True
+
+
+def test_a_three_second_function_drains(load_function, conn, sql):
+    # Lambda's default timeout. A fixed 2 s margin left less than the second the first job
+    # needs, and every invocation claimed nothing; the margin now scales with the time left.
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 3)
+    context = LambdaContext(timeout_seconds=3)
+    summary = load_function("drain").lambda_handler({}, context)
+    assert (summary["claimed"], summary["done"], summary["stopped"]) == (3, 3, "empty")
+    assert context.get_remaining_time_in_millis() > 0
+
+
+def test_a_function_too_short_to_run_any_job_says_so_once(load_function, conn, capsys):
+    pgdrain.enqueue(conn, "test-noop")
+    app = load_function("drain")
+    capsys.readouterr()
+    first = app.lambda_handler({}, LambdaContext(timeout_seconds=0.5))
+    second = app.lambda_handler({}, LambdaContext(timeout_seconds=0.5))
+    assert [s["claimed"] for s in (first, second)] == [0, 0]
+    errors = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+              if '"level":"ERROR"' in line]
+    assert len(errors) == 1, errors  # at the container's first invocation only
+    assert "cannot run any job" in errors[0]["message"]
+    assert "raise the function's timeout" in errors[0]["message"]
+
+
+def test_the_dead_letter_metric_counts_the_janitors_failures(load_function, conn, capsys):
+    # A job whose start was recorded, out of attempts when its drain died: the janitor fails
+    # it, and JobsFailed (which the dead-letter alarm watches) counts it.
+    pgdrain.enqueue(conn, "test-noop", max_attempts=1)
+    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    assert pgdrain.queue.mark_started(conn, job)
+    conn.run("UPDATE jobs SET lease_expires_at = now() - interval '1 second'")
+    app = load_function("drain")
+    capsys.readouterr()
+    summary = app.lambda_handler({}, LambdaContext())
+    assert (summary["reclaimed_failed"], summary["failed"]) == (1, 0)
+    [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert emf["JobsFailed"] == [1.0] and emf["LeasesRefunded"] == [0.0]
+
+
+@pytest.mark.parametrize("payload", [{"once": True}, {}])
+def test_a_handler_that_swallows_its_timeout_is_stopped_and_recorded_as_timed_out(
+        load_function, conn, sql, payload):
+    # test-swallow catches BaseException around a sleep: once then returns, or for ever.
+    swallower = pgdrain.enqueue(conn, "test-swallow", payload).id
+    after = pgdrain.enqueue(conn, "test-noop").id
+    context = LambdaContext(timeout_seconds=10)
+    started = time.monotonic()
+    summary = load_function("drain").lambda_handler({}, context)
+    assert time.monotonic() - started < 3  # 0.5 s budget, 0.2 s grace, then it is made to stop
+    assert (summary["retried"], summary["done"]) == (1, 1), summary
+    rows = {r["id"]: r for r in sql("SELECT id, status, last_error FROM jobs")}
+    assert rows[swallower]["status"] == "pending"
+    assert rows[swallower]["last_error"] == "HandlerTimeout: test-swallow timed out after 0.5 s"
+    assert rows[after]["status"] == "done"
+    assert sys.gettrace() is None  # the drain's tracing is gone with the handler
+
+
+def test_a_drain_reads_no_table_in_full(load_function, conn, sql):
+    # With a history of done jobs, nothing the drain runs (janitor, claim, finishing writes,
+    # the metrics' backlog) scans the jobs table: the old stats() GROUP BY after every drain did.
+    sql("INSERT INTO jobs (job_type, status, finished_at) "
+        "SELECT 'old', 'done', now() FROM generate_series(1, 30000)")
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 5)
+    sql("VACUUM ANALYZE jobs")
+    app = load_function("drain")
+    app.lambda_handler({}, LambdaContext())  # connect and prepare: nothing to do but once
+
+    def seq_scans() -> int:
+        sql("SELECT pg_stat_force_next_flush()")
+        return sql("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'jobs'")[0][
+            "seq_scan"]
+
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 5)
+    before = seq_scans()
+    summary = app.lambda_handler({}, LambdaContext())
+    app.CONNECTOR.session().conn.run("SELECT pg_stat_force_next_flush()")
+    assert summary["done"] == 5
+    assert seq_scans() == before

@@ -258,6 +258,41 @@ def test_unknown_routes_and_methods(app):
     assert call(app, event)[0] == 404
 
 
+@pytest.mark.parametrize("ident", ["9" * 4301, "9" * 20, "9223372036854775808", "0", "-1",
+                                   "\u0661", "1e3"])
+def test_an_id_no_job_can_have_is_a_400_on_every_route(app, ident):
+    # int() of more than 4,300 digits raises ValueError: it answered 500.
+    for name, path in (("job_get.json", f"/jobs/{ident}"),
+                       ("job_retry.json", f"/jobs/{ident}/retry")):
+        event = load_event(name)
+        event["path"], event["pathParameters"] = path, {"id": ident}
+        status, body, _ = call(app, event)
+        assert status == 400, (name, ident, body)
+        assert body["error"] == "the job id must be an integer from 1 to 9223372036854775807"
+        assert body["details"]["id"] == ident[:64]
+
+
+def test_an_id_no_route_accepts_is_a_400_not_a_405(app):
+    # A NUL does not match the route's pattern: with the right method, the id is what is wrong.
+    event = load_event("job_get.json")
+    event["path"], event["pathParameters"] = "/jobs/\x00", {"id": "\x00"}
+    status, body, response = call(app, event)
+    assert (status, body["details"]) == (400, {"id": "\x00"})
+    assert "Allow" not in response.get("multiValueHeaders", {})
+
+
+def test_a_database_failure_answers_a_short_503_with_the_request_id(load_function, monkeypatch):
+    app = load_function("enqueue", DATABASE_URL="postgresql://pgdrain:hunter2@/nowhere"
+                                                "?host=/nonexistent/socket/dir")
+    response = app.lambda_handler(load_event("enqueue_single.json"),
+                                  LambdaContext("pgdrain-enqueue", request_id="req-42"))
+    body = json.loads(response["body"])
+    assert response["statusCode"] == 503
+    # The log has where and why; the client gets what to do, and the id to quote.
+    assert body == {"error": "the database is unavailable; retry with the same Idempotency-Key",
+                    "request_id": "req-42"}
+
+
 def test_sam_event_files_are_complete_proxy_events():
     for name in ("enqueue_single.json", "enqueue_batch.json", "enqueue_invalid.json",
                  "job_get.json", "job_retry.json", "drain_api.json"):

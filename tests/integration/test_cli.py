@@ -188,3 +188,27 @@ def test_the_console_script_runs(empty_database_url):
                            check=False)
     assert usage.returncode == 2
     assert "usage: pgdrain" in usage.stderr
+
+
+@pytest.mark.parametrize("ident", ["99999999999999999999", "0", "-3", "7" * 5000, "x"])
+def test_requeue_with_an_id_no_job_can_have_says_so(database_url, ident):
+    result = pgdrain_cli(database_url, "requeue", "--id", ident)
+    assert result.returncode == 2
+    assert "argument --id: a job id is an integer from 1 to 9223372036854775807" in result.stderr
+    assert "{" not in result.stderr  # not the server's error record
+
+
+def test_a_database_error_prints_the_servers_message_only(empty_database_url):
+    # No schema: the server refuses the statement. One line, its message and SQLSTATE; not
+    # the record pg8000 carries (severity, source file, line, routine).
+    result = pgdrain_cli(empty_database_url, "requeue")
+    assert result.returncode == 1
+    assert result.stderr.strip() == ('pgdrain requeue: the database refused it: relation "jobs" '
+                                     'does not exist (SQLSTATE 42P01)')
+
+
+def test_the_library_refuses_an_id_no_job_can_have(conn):
+    with pytest.raises(pgdrain.InvalidJobId, match="about 31 digits"):
+        pgdrain.get_job(conn, 10**30)
+    with pytest.raises(pgdrain.InvalidJobId):
+        pgdrain.requeue_failed(conn, ids=[0])

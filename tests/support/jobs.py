@@ -101,3 +101,43 @@ def hold(job: pgdrain.Job, conn) -> None:
     """Locks a row, then sleeps in a statement far past its 1 s time limit."""
     conn.run("UPDATE holds SET n = n + 1 WHERE id = 1")
     conn.run("SELECT pg_sleep(60)")
+
+
+@pgdrain.job("test-swallow", timeout=0.5)
+def swallow(job: pgdrain.Job) -> None:
+    """Catches every HandlerTimeout and carries on (what a handler must never do): for ever,
+    or with payload["once"], once, and then returns as if it had finished."""
+    while True:
+        try:
+            time.sleep(10)
+        except BaseException:  # noqa: S110 (the point of the test)
+            pass
+        if job.payload.get("once"):
+            return
+
+
+HELD: list = []
+"""Connections test-lock-own-row left holding a lock (the test closes them)."""
+_LOCKED: set[int] = set()
+
+
+@pgdrain.job("test-lock-own-row", timeout=5)
+def lock_own_row(job: pgdrain.Job) -> None:
+    """Locks its own job row from another session and keeps the lock (on its first run in
+    this process only): the drain's finishing write for it must then wait, as behind an
+    operator's open transaction."""
+    from pgdrain.db import connect
+
+    if job.id in _LOCKED:
+        return
+    _LOCKED.add(job.id)
+    conn = connect(os.environ["DATABASE_URL"])
+    conn.run("BEGIN")
+    conn.run("SELECT id FROM jobs WHERE id = :id FOR UPDATE", id=job.id)
+    HELD.append(conn)
+
+
+@pgdrain.job("test-quick", timeout=1)
+def quick(job: pgdrain.Job) -> None:
+    """Sleeps payload["seconds"] within a 1 s budget: short contexts can run several."""
+    time.sleep(job.payload.get("seconds", 0))

@@ -235,9 +235,8 @@ def sqlstate(exc: BaseException) -> str | None:
 def _translated(exc: Exception) -> Exception:
     """pgdrain's error for a driver error on a connection pgdrain runs statements on; the
     driver's own error where the caller's code handles it (a constraint, a deadlock)."""
-    if isinstance(exc, pg8000.native.InterfaceError):
-        cause = exc.__cause__
-        if isinstance(cause, TimeoutError):
+    if isinstance(exc, pg8000.native.InterfaceError | OSError):
+        if isinstance(exc, TimeoutError) or isinstance(exc.__cause__, TimeoutError):
             return DatabaseTimeout("the database did not answer within the time left")
         return DatabaseUnavailable("the connection to the database failed")
     state = sqlstate(exc)
@@ -280,7 +279,8 @@ class Session:
                 self._bound_socket()
             try:
                 return self._run_native(query, params)
-            except pg8000.native.InterfaceError as exc:
+            except (pg8000.native.InterfaceError, OSError) as exc:
+                # pg8000 wraps most socket errors, but not one on the first read of a reply.
                 raise _translated(exc) from exc
             except pg8000.native.DatabaseError as exc:
                 translated = _translated(exc)
@@ -302,7 +302,7 @@ class Session:
         """Make the next socket reads give up at the deadline."""
         left = self.deadline - time.monotonic()  # type: ignore[operator]
         if left <= 0:
-            raise DatabaseTimeout("no time left for another database statement")
+            raise NoTimeLeft("no time left for another database statement")
         sock = getattr(self.conn, "_usock", None)
         if sock is not None:
             sock.settimeout(left)
@@ -469,8 +469,13 @@ LOCK_SHARE = 10
 MIN_LOCK_TIMEOUT_MS = 1000
 
 
+class NoTimeLeft(DatabaseTimeout):
+    """The deadline passed before a statement could be sent: nothing was asked of the
+    database (the caller's own clock, not the database, ran out)."""
+
+
 def _time_left(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise DatabaseTimeout("no time left to reach the database")
+        raise NoTimeLeft("no time left to reach the database")
     return left

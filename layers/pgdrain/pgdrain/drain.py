@@ -24,11 +24,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from . import queue
-from .db import Connector, Session
+from .db import Connector, NoTimeLeft, Session
 from .errors import (
     ConfigError,
     DatabaseConnectError,
-    DatabaseTimeout,
     DatabaseUnavailable,
     Discard,
     HandlerTimeout,
@@ -167,6 +166,9 @@ class _Drain:
         budgets = [h.timeout for h in registry if h.timeout is not None]
         self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
         self.margin = settings.margin_for(start_left)
+        self.usable = start_left - self.margin
+        """The most time any job of this invocation can have."""
+        self.cut_short_types: set[str] = set()
         self.io_deadline = time.monotonic() + start_left - self.margin * (1 - IO_SHARE_OF_MARGIN)
 
     @property
@@ -197,10 +199,7 @@ class _Drain:
                 self.summary.stopped = "max_jobs"
                 return
             left = self.time_left() - self.margin
-            # Until a job has started, less than a budget may do (see _runs_cut_short).
-            needed = self.smallest_budget if self.started else min(self.smallest_budget,
-                                                                    MIN_CUT_SHORT_SECONDS)
-            if left < needed:
+            if left < self._least_to_start():
                 self.summary.stopped = "deadline"
                 return
             jobs = queue.claim(self.session, batch_size=min(self.settings.batch_size, room),
@@ -216,10 +215,12 @@ class _Drain:
     def _stopped_by_database(self, exc: DatabaseUnavailable) -> None:
         """End the drain on a database failure, with a summary that says so."""
         self.connector.discard()
-        if isinstance(exc, DatabaseTimeout) and time.monotonic() >= self.io_deadline:
+        if isinstance(exc, NoTimeLeft):  # our own clock ran out before the next statement
             self.summary.stopped = "deadline"
-        else:
-            self.summary.stopped = "database_error"
+            log.warning("drain stopped at its deadline with outcomes unwritten; those jobs "
+                        "come back uncharged when their leases expire")
+            return
+        self.summary.stopped = "database_error"
         # The summary may reach an API client: pgdrain's short message, never the server's
         # fields, host or user (DatabaseConnectError says where; that is for the log).
         self.summary.error = ("could not connect to the database"
@@ -279,19 +280,39 @@ class _Drain:
         finally:
             self.observer.batch_finished()
 
+    def _least_to_start(self) -> float:
+        """The least time left (after the margin) in which some job may still start."""
+        if not self.started:
+            return min(self.smallest_budget, MIN_CUT_SHORT_SECONDS)
+        if self.smallest_budget > self.usable:
+            return max(MIN_CUT_SHORT_SECONDS, self.usable / 2)
+        return self.smallest_budget
+
     def _runs_cut_short(self, job: Job, budget: float, left: float) -> bool:
         """Whether a job whose budget exceeds the time left runs anyway, with what is left.
 
-        The invocation's first job runs if at least MIN_CUT_SHORT_SECONDS are left: released, a
-        job whose budget this function cannot give (its timeout too short, or the janitor and
-        connect eating into it) would come first again on every drain and block the queue.
+        Released, a job whose budget this function can never give (a 30 s budget in Lambda's
+        default 3 s function) would come back on every drain and block the queue. It runs
+        with the time there is, if at least MIN_CUT_SHORT_SECONDS are left, and after the
+        invocation's first job at least half of what the invocation could ever give it. The
+        invocation's first job also runs when the janitor and connecting ate into a budget
+        that would otherwise have fitted.
         """
-        if self.started or left < MIN_CUT_SHORT_SECONDS:
+        if budget > self.usable:
+            floor = MIN_CUT_SHORT_SECONDS if not self.started else max(
+                MIN_CUT_SHORT_SECONDS, self.usable / 2)
+        elif not self.started:
+            floor = MIN_CUT_SHORT_SECONDS
+        else:
             return False
-        log.warning("job %s (%s) has a %g s time budget but this invocation has %.1f s left "
-                    "after the safety margin: it runs with that; if this recurs, raise the "
-                    "function's timeout or lower the job type's timeout",
-                    job.id, job.job_type, budget, left)
+        if left < floor:
+            return False
+        if job.job_type not in self.cut_short_types:  # once per type and invocation
+            self.cut_short_types.add(job.job_type)
+            log.warning("job %s (%s) has a %g s time budget but this invocation has %.1f s "
+                        "left after the safety margin: it runs with that; if this recurs, raise "
+                        "the function's timeout or lower the job type's timeout",
+                        job.id, job.job_type, budget, left)
         return True
 
     def _run_job(self, job: Job, handler: Handler, timeout: float) -> None:
