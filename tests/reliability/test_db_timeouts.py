@@ -49,7 +49,9 @@ def other_session(connect_to):
 def _timed(app, event, timeout: float) -> tuple[dict, float]:
     context = LambdaContext(timeout_seconds=timeout)
     result = app.lambda_handler(event, context)
-    return result, context.get_remaining_time_in_millis() / 1000
+    remaining = context.get_remaining_time_in_millis() / 1000
+    print(f"RELIABILITY timeouts: {timeout:g} s context, returned with {remaining:.2f} s left")
+    return result, remaining
 
 
 def _waiting_on_locks(sql) -> list[dict]:

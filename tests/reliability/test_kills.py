@@ -14,12 +14,14 @@ take 20 s a round). The next round's janitor then reclaims them. After the last 
 run (leases expired before each) until every job is done or failed.
 
 Checked: nothing is lost (every job ends done or failed); attempts stay within max_attempts;
-each attempt ran at most once, and the next attempt of a killed execution started only after
-its process was dead; every attempt that did not succeed has one ``errors`` entry saying why,
-and the janitor's "lease expired" entries are exactly the claims the kills left behind (each
-classified when its process died: killed inside the handler, killed after the handler before
-its outcome was written, or claimed and never started); a failed job's ``last_error`` is its
-last entry; and no drain that returned lost a claim (``stale`` is 0) or left one unaccounted.
+each charged attempt ran at most once, and the next attempt of a killed execution started only
+after its process was dead; every attempt that did not succeed has one ``errors`` entry saying
+why; the claims the kills left behind (each classified when its process died: killed inside
+the handler, killed after the handler before its outcome was written, or claimed and never
+started) were charged by the janitor ("lease expired") exactly when the drain had recorded the
+job's start, and refunded (``lost_claims``) otherwise, so an attempt number ran again only
+after a refund, in a killed process; a failed job's ``last_error`` is its last entry; and no
+drain that returned lost a claim (``stale`` is 0) or left one unaccounted.
 """
 
 from __future__ import annotations

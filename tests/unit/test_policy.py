@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgdrain.policy import Backoff, Fail, Retry, after_failure
+from pgdrain.policy import Backoff, Fail, Refund, Retry, after_failure, after_lost_lease
 
 NO_JITTER = Backoff(base_seconds=2, cap_seconds=3600, jitter=0)
 
@@ -55,3 +55,13 @@ def test_invalid_backoff_is_rejected(base, cap, jitter):
 )
 def test_after_failure(attempts, max_attempts, retryable, expected):
     assert after_failure(attempts, max_attempts, NO_JITTER, retryable=retryable) == expected
+
+
+@pytest.mark.parametrize(
+    ("attempts", "max_attempts", "started", "expected"),
+    [(1, 3, False, Refund()), (3, 3, False, Refund()),  # never charged without a start record
+     (1, 3, True, Retry(2)), (2, 3, True, Retry(4)), (3, 3, True, Fail()), (5, 3, True, Fail())],
+)
+def test_a_lost_lease_is_refunded_unless_its_start_was_recorded(attempts, max_attempts, started,
+                                                                expected):
+    assert after_lost_lease(attempts, max_attempts, NO_JITTER, started=started) == expected

@@ -69,3 +69,14 @@ def test_every_variable_is_read():
 def test_invalid_values_name_the_setting(name, value, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Settings.from_env({name: value})
+
+
+@pytest.mark.parametrize(("time_left", "margin"), [
+    (3, 0.3), (1, 0.2), (0.5, 0.2), (10, 1.0), (20, 2.0), (120, 2.0), (900, 2.0)])
+def test_the_safety_margin_scales_with_the_time_an_invocation_has(time_left, margin):
+    assert Settings().margin_for(time_left) == pytest.approx(margin)
+
+
+def test_an_explicit_safety_margin_wins():
+    settings = Settings.from_env({"PGDRAIN_SAFETY_MARGIN_SECONDS": "5"})
+    assert settings.margin_for(3) == settings.margin_for(900) == 5

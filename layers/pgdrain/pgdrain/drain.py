@@ -244,12 +244,13 @@ class _Drain:
         try:
             for index, job in enumerate(jobs):
                 if job.payload_error is not None:
-                    self._fail_before_start(job, f"undecodable payload: {job.payload_error}")
+                    self._fail_before_start(
+                        job, ValueError(f"undecodable payload: {job.payload_error}"))
                     continue
                 handler = self.registry.get(job.job_type)
                 if handler is None:
-                    self._fail_before_start(
-                        job, f"no handler registered for job_type '{job.job_type}'")
+                    self._fail_before_start(job, LookupError(
+                        f"no handler registered for job_type '{job.job_type}'"))
                     continue
                 budget = handler.timeout or self.settings.job_timeout_seconds
                 left = self.time_left() - self.margin
@@ -407,11 +408,11 @@ class _Drain:
             outcome = "retried" if status == "pending" else "failed"
         self._count(job, outcome if written else "stale", duration, exc)
 
-    def _fail_before_start(self, job: Job, error: str) -> None:
+    def _fail_before_start(self, job: Job, error: Exception) -> None:
         """Dead-letter a job that cannot run at all (no handler, a payload Python cannot
         hold): retrying would not change that. Nothing of it ran."""
-        outcome = "failed" if queue.fail(self.session, job, error) else "stale"
-        self._count(job, outcome, 0.0, LookupError(error))
+        outcome = "failed" if queue.fail(self.session, job, str(error)) else "stale"
+        self._count(job, outcome, 0.0, error)
 
     def _count(self, job: Job, outcome: str, duration: float,
                error: BaseException | None) -> None:
