@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt layers/pgdrain/requirements.txt layers/pgdrain/requirements-tracing.txt pyproject.toml | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt layers/pgdrain/requirements.txt layers/pgdrain/requirements-tracing.txt pyproject.toml dev/pyproject.toml | cksum | cut -d' ' -f1)
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
 .PHONY: help demo test test-unit lint migrate clean sam-check soak
@@ -12,13 +12,14 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 help: ## list the targets
 	@grep -E '^[a-z/-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): requirements-dev.txt layers/pgdrain/requirements.txt layers/pgdrain/requirements-tracing.txt pyproject.toml
+$(STAMP): requirements-dev.txt layers/pgdrain/requirements.txt layers/pgdrain/requirements-tracing.txt pyproject.toml dev/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "pgdrain needs Python 3.11 or newer; set PYTHON=python3.x"; exit 1; }
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -r requirements-dev.txt
 	$(PIP) install --no-deps -e .
+	$(PIP) install --no-deps -e dev/
 	touch $@
 
 venv: $(STAMP)

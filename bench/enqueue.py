@@ -43,8 +43,8 @@ sys.path[:0] = [str(ROOT / "layers" / "pgdrain"), str(ROOT)]
 
 import pgdrain  # noqa: E402
 from pgdrain.db import connect  # noqa: E402
-from pgdrain.embedded import scratch_database  # noqa: E402
-from pgdrain.local import LambdaContext  # noqa: E402
+from pgdrain_dev.embedded import scratch_database  # noqa: E402
+from pgdrain_dev.context import LambdaContext  # noqa: E402
 from pgdrain.migrate import migrate  # noqa: E402
 
 USERS_DDL = """

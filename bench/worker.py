@@ -36,7 +36,7 @@ def main(mode: str) -> None:
     if mode == "drain":
         import app
 
-        from pgdrain.local import LambdaContext
+        from pgdrain_dev.context import LambdaContext
 
         app.CONNECTOR.ensure_alive()
 

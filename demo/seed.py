@@ -25,8 +25,8 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 from pgdrain.db import connect
-from pgdrain.embedded import scratch_database
-from pgdrain.local import LambdaContext
+from pgdrain_dev.embedded import scratch_database
+from pgdrain_dev.context import LambdaContext
 from pgdrain.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ CONTAINER = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import app
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 idle = 0
 while idle < 20:
     summary = app.lambda_handler({}, LambdaContext("pgdrain-drain", timeout_seconds=30))

@@ -31,7 +31,7 @@ def server_url() -> Iterator[str]:
     if os.environ.get("DATABASE_URL"):
         yield os.environ["DATABASE_URL"]
         return
-    from pgdrain import embedded
+    from pgdrain_dev import embedded
 
     server = embedded.start()
     try:

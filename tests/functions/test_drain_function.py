@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import pgdrain
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from tests.support.functions import load_event, summary_of
 
 COUNTS = ("reclaimed", "claimed", "done", "retried", "failed", "released")

@@ -12,7 +12,7 @@ from botocore.stub import Stubber
 
 import pgdrain
 from pgdrain.doorbell import Doorbell
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from tests.support.functions import load_event
 
 

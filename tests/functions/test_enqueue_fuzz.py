@@ -43,7 +43,7 @@ from schemathesis.specs.openapi.checks import (
 
 import pgdrain
 from pgdrain.api import JOB_FIELDS, ApiError, EnqueueRequest, Limits, parse_enqueue
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from pgdrain.openapi import MAX_DELAY_SECONDS, MAX_IDEMPOTENCY_KEY, MAX_JOB_ID, openapi_document
 from pgdrain.payload import dump
 from pgdrain.payload import parse as parse_payload

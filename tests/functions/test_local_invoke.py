@@ -15,7 +15,7 @@ import pytest
 
 import pgdrain
 from pgdrain.cli import main
-from pgdrain.local_invoke import (
+from pgdrain_dev.local_invoke import (
     load_template,
     parse_parameter_overrides,
     resolve_function,

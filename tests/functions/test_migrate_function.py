@@ -11,7 +11,7 @@ from typing import ClassVar
 import pytest
 
 from pgdrain.db import connect
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 
 
 class _CloudFormation(BaseHTTPRequestHandler):

@@ -212,3 +212,14 @@ def test_the_library_refuses_an_id_no_job_can_have(conn):
         pgdrain.get_job(conn, 10**30)
     with pytest.raises(pgdrain.InvalidJobId):
         pgdrain.requeue_failed(conn, ids=[0])
+
+
+def test_invoke_says_where_it_comes_from_without_the_dev_tools(monkeypatch, capsys):
+    # pgdrain-dev registers `invoke`; where it is not installed the command says how to get it.
+    import importlib.metadata
+
+    from pgdrain import cli
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    assert cli.main(["invoke", "DrainFunction", "-e", "events/drain_direct.json"]) == 2
+    assert "comes with pgdrain's development tools" in capsys.readouterr().err

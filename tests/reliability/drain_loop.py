@@ -52,7 +52,7 @@ def _db_now(conn: Any) -> float:
 
 
 def _loop(app: Any, conn: Any, out: TextIO, args: argparse.Namespace) -> str:
-    from pgdrain.local import LambdaContext
+    from pgdrain_dev.context import LambdaContext
 
     started = time.monotonic()
     for invocation in range(args.max_invocations):
@@ -78,7 +78,7 @@ def _loop(app: Any, conn: Any, out: TextIO, args: argparse.Namespace) -> str:
 
 def _plan(app: Any, conn: Any, out: TextIO, plan: dict[str, Any]) -> str:
     import pgdrain
-    from pgdrain.local import LambdaContext
+    from pgdrain_dev.context import LambdaContext
     from tests.reliability import recording_jobs
 
     for job_type, budget in plan["job_types"].items():

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from pgdrain import embedded
+from pgdrain_dev import embedded
 from pgdrain.db import connect
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 import pgdrain
 from pgdrain.api import JOB_FIELDS
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from pgdrain.settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_PAYLOAD_BYTES
 from tests.functions import conftest as function_fixtures
 from tests.reliability.faults import ROOT, table_state

@@ -21,7 +21,7 @@ import pytest
 
 import pgdrain
 from pgdrain.db import connect, with_database
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from pgdrain.migrate import migrate
 from tests.functions import conftest as function_fixtures
 from tests.reliability import faults

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 import pgdrain
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
 from tests.support import jobs as test_jobs
 from tests.support.functions import load_event

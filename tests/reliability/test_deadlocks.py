@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import pgdrain
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
 from tests.support.functions import load_event
 

@@ -14,7 +14,7 @@ import json
 import pytest
 
 import pgdrain
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
 from tests.support.functions import load_event
 

@@ -28,7 +28,7 @@ import pytest
 
 import pgdrain
 from pgdrain.db import connect
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from pgdrain.migrate import migrate
 from pgdrain.sql import migrations
 from tests.functions import conftest as function_fixtures

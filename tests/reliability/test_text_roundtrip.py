@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import pgdrain
 from pgdrain.db import parse_database_url
-from pgdrain.local import LambdaContext
+from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
 from tests.support.functions import load_event
 

@@ -16,7 +16,7 @@ sys.path[:0] = [str(ROOT / "functions" / "drain"), str(ROOT / "layers" / "pgdrai
 
 import app  # noqa: E402  (the path must be set first, as Lambda's task root would be)
 
-from pgdrain.local import LambdaContext  # noqa: E402
+from pgdrain_dev.context import LambdaContext  # noqa: E402
 
 summary = app.lambda_handler({}, LambdaContext("pgdrain-drain", float(sys.argv[1])))
 print("SUMMARY " + json.dumps(summary), flush=True)

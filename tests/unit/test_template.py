@@ -90,8 +90,6 @@ def code_settings() -> set[str]:
                          r"""_(?:integer|number|flag)\(\s*env,\s*["']([A-Z][A-Z0-9_]+)["']""")
     for path in [*(ROOT / "layers" / "pgdrain").rglob("*.py"),
                  *(ROOT / "functions").rglob("*.py")]:
-        if path.name == "local_invoke.py":  # a developer tool, not the functions
-            continue
         for match in pattern.finditer(path.read_text()):
             names.add(next(g for g in match.groups() if g))
     return names

@@ -1,4 +1,6 @@
-"""The ``pgdrain`` command: ``migrate``, ``stats``, ``requeue``, ``janitor`` and ``invoke``.
+"""The pgdrain command: operate the queue from a shell.
+
+``migrate``, ``stats``, ``requeue`` and ``janitor``; ``invoke`` where pgdrain-dev is installed.
 
 Connects with ``DATABASE_URL``. Errors print one line that says what is wrong (never the
 password) and exit non-zero.
@@ -25,11 +27,36 @@ def _parser() -> argparse.ArgumentParser:
                          help="a job id (repeatable); default: every failed job")
     requeue.add_argument("--job-type", help="only failed jobs of this type")
     requeue.add_argument("--queue", help="only failed jobs in this queue")
-    from .local_invoke import add_arguments
-
-    add_arguments(commands.add_parser(
-        "invoke", help="run a function of template.yaml locally, as `sam local invoke` does"))
+    _add_plugin_commands(commands)
     return parser
+
+
+# Commands other packages add (pgdrain-dev adds `invoke`): entry points of this group, each a
+# function given the subparsers that adds its parser and sets `handler` (args -> exit code).
+PLUGIN_GROUP = "pgdrain.commands"
+DEV_COMMANDS = {"invoke": "run a function of template.yaml locally, as `sam local invoke` does"}
+
+
+def _add_plugin_commands(commands: argparse._SubParsersAction) -> None:
+    from importlib.metadata import entry_points
+
+    added = set()
+    for entry in entry_points(group=PLUGIN_GROUP):
+        entry.load()(commands)
+        added.add(entry.name)
+    for name, help_text in DEV_COMMANDS.items():
+        if name not in added:  # say where it comes from, rather than "invalid choice"
+            missing = commands.add_parser(name, help=f"{help_text} (needs pgdrain-dev)",
+                                          add_help=False)
+            missing.add_argument("rest", nargs=argparse.REMAINDER)
+            missing.set_defaults(handler=_needs_dev_tools)
+
+
+def _needs_dev_tools(args: argparse.Namespace) -> int:
+    print(f"pgdrain {args.command}: this command comes with pgdrain's development tools, which "
+          "are not installed here: `pip install -e dev/` in a clone of the repository (make "
+          "installs them)", file=sys.stderr)
+    return 2
 
 
 def _job_id(raw: str) -> int:
@@ -64,10 +91,9 @@ def _describe(exc: Exception) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command == "invoke":
-        from .local_invoke import run
-
-        return run(args)
+    handler = getattr(args, "handler", None)
+    if handler is not None:
+        return handler(args)
     from . import queue
     from .db import connect
     from .errors import ConfigError

@@ -1,7 +1,8 @@
 """``pgdrain invoke``: run a function of template.yaml on this machine, as ``sam local invoke``
 would, without Docker (which ``sam local`` needs and this machine may not have).
 
-Dev tooling only: nothing in the Lambda functions imports this module.
+Dev tooling (the pgdrain-dev package, not shipped in the layer): nothing in the Lambda
+functions imports this module.
 
 What runs, and how:
 
@@ -70,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from pgdrain.errors import ConfigError
 
 FUNCTION_TYPE = "AWS::Serverless::Function"
 LAYER_TYPES = ("AWS::Serverless::LayerVersion", "AWS::Lambda::LayerVersion")
@@ -582,9 +583,10 @@ def database_for(function: Function, template_dir: Path) -> Iterator[None]:
              f"{env.get('DB_HOST') or '?'} (DB_IAM_AUTH)")
         yield
         return
+    from pgdrain.db import connect
+    from pgdrain.migrate import migrate
+
     from . import embedded
-    from .db import connect
-    from .migrate import migrate
 
     datadir = Path(os.environ.get(PGDATA_ENV) or _default_pgdata(template_dir)).absolute()
     with warnings.catch_warnings():
@@ -607,7 +609,7 @@ def database_for(function: Function, template_dir: Path) -> Iterator[None]:
 
 
 def _where(url: str) -> str:
-    from .db import parse_database_url
+    from pgdrain.db import parse_database_url
 
     try:
         params = parse_database_url(url)
@@ -937,6 +939,15 @@ def _builtin_runtime_client() -> None:  # pragma: no cover (runs in the function
 
 
 # --- the command ---------------------------------------------------------------------------------
+
+
+def register(commands: Any) -> None:
+    """Add ``pgdrain invoke`` to the ``pgdrain`` command's subcommands (an entry point of the
+    ``pgdrain.commands`` group: the core CLI finds it where pgdrain-dev is installed)."""
+    parser = commands.add_parser(
+        "invoke", help="run a function of template.yaml locally, as `sam local invoke` does")
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -45,11 +45,11 @@ def start(datadir: str | Path | None = None) -> EmbeddedPostgres:
             warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
             import pgserver
     except ImportError:
-        from .errors import ConfigError
+        from pgdrain.errors import ConfigError
 
         raise ConfigError(
             "DATABASE_URL is not set and the embedded PostgreSQL is not installed: "
-            "`pip install 'pgdrain[embedded]'` (make does this) or set DATABASE_URL"
+            "`pip install -e dev/` (pgdrain-dev; make does this) or set DATABASE_URL"
         ) from None
     if datadir is None:
         # Under the system temp dir: as root, pgserver opens every ancestor of its data
@@ -72,7 +72,7 @@ def scratch_database(prefix: str = "pgdrain", server_url: str | None = None) -> 
     On the server in ``server_url`` (default: ``DATABASE_URL``), or else on a temporary
     embedded server that is stopped and deleted afterwards.
     """
-    from .db import connect, with_database
+    from pgdrain.db import connect, with_database
 
     server_url = server_url or os.environ.get("DATABASE_URL") or None
     server = start() if server_url is None else None
