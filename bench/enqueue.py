@@ -43,9 +43,9 @@ sys.path[:0] = [str(ROOT / "layers" / "pgdrain"), str(ROOT)]
 
 import pgdrain  # noqa: E402
 from pgdrain.db import connect  # noqa: E402
-from pgdrain_dev.embedded import scratch_database  # noqa: E402
-from pgdrain_dev.context import LambdaContext  # noqa: E402
 from pgdrain.migrate import migrate  # noqa: E402
+from pgdrain_dev.context import LambdaContext  # noqa: E402
+from pgdrain_dev.embedded import scratch_database  # noqa: E402
 
 USERS_DDL = """
 CREATE TABLE IF NOT EXISTS users (

@@ -46,9 +46,9 @@ sys.path.insert(0, str(ROOT / "layers" / "pgdrain"))
 
 import pgdrain  # noqa: E402
 from pgdrain.db import Session, connect  # noqa: E402
-from pgdrain_dev.embedded import scratch_database  # noqa: E402
 from pgdrain.migrate import migrate  # noqa: E402
 from pgdrain.sql import QUERIES  # noqa: E402
+from pgdrain_dev.embedded import scratch_database  # noqa: E402
 
 LEASE_SECONDS = 960
 # pgdrain.sql's `:name` parameter pattern (not the `::type` casts beside them).

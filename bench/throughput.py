@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "layers" / "pgdrain"))
 
 from pgdrain.db import connect  # noqa: E402
-from pgdrain_dev.embedded import scratch_database  # noqa: E402
 from pgdrain.migrate import migrate  # noqa: E402
+from pgdrain_dev.embedded import scratch_database  # noqa: E402
 
 SEED_DDL = """
 CREATE TABLE IF NOT EXISTS seed_jobs (

@@ -25,9 +25,9 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 from pgdrain.db import connect
-from pgdrain_dev.embedded import scratch_database
-from pgdrain_dev.context import LambdaContext
 from pgdrain.migrate import migrate
+from pgdrain_dev.context import LambdaContext
+from pgdrain_dev.embedded import scratch_database
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_JOBS = [

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from pgdrain_dev import embedded
 from pgdrain.db import connect
+from pgdrain_dev import embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_DRAIN = ROOT / "tests" / "support" / "run_drain.py"

@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 import pgdrain
 from pgdrain.api import JOB_FIELDS
-from pgdrain_dev.context import LambdaContext
 from pgdrain.settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_PAYLOAD_BYTES
+from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
 from tests.reliability.faults import ROOT, table_state
 from tests.support.functions import load_event

@@ -21,8 +21,8 @@ import pytest
 
 import pgdrain
 from pgdrain.db import connect, with_database
-from pgdrain_dev.context import LambdaContext
 from pgdrain.migrate import migrate
+from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
 from tests.reliability import faults
 from tests.support.functions import killed_at_exit, load_event

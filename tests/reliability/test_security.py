@@ -28,9 +28,9 @@ import pytest
 
 import pgdrain
 from pgdrain.db import connect
-from pgdrain_dev.context import LambdaContext
 from pgdrain.migrate import migrate
 from pgdrain.sql import migrations
+from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
 from tests.integration import test_credentials_db as credential_tests
 from tests.reliability import faults
