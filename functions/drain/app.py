@@ -145,9 +145,10 @@ def _record_metrics(summary: pgdrain.drain.DrainSummary, observer: _Observer) ->
         return
     try:  # an indexed read, bounded like every statement of the invocation
         backlog = pgdrain.backlog(CONNECTOR.session())
-    except pgdrain.DatabaseUnavailable as exc:
-        CONNECTOR.discard()
-        logger.warning("backlog metrics skipped: %s", exc)
+    except Exception as exc:  # the drain's work is done: a metric must not undo its answer
+        if isinstance(exc, pgdrain.DatabaseUnavailable):
+            CONNECTOR.discard()
+        logger.warning("backlog metrics skipped: %s", exc, exc_info=exc)
         return
     metrics.add_metric("Backlog", MetricUnit.Count, backlog.due)
     metrics.add_metric("OldestDueAge", MetricUnit.Seconds, backlog.oldest_due_seconds)

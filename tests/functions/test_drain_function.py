@@ -477,8 +477,8 @@ def test_the_dead_letter_metric_counts_the_janitors_failures(load_function, conn
     # A job whose start was recorded, out of attempts when its drain died: the janitor fails
     # it, and JobsFailed (which the dead-letter alarm watches) counts it.
     pgdrain.enqueue(conn, "test-noop", max_attempts=1)
-    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
-    assert pgdrain.queue.mark_started(conn, job)
+    conn.run("UPDATE jobs SET lost_claims = 1")  # so the claim records its start
+    pgdrain.claim(conn, batch_size=1, lease_seconds=60)
     conn.run("UPDATE jobs SET lease_expires_at = now() - interval '1 second'")
     app = load_function("drain")
     capsys.readouterr()
@@ -527,3 +527,18 @@ def test_a_drain_reads_no_table_in_full(load_function, conn, sql):
     app.CONNECTOR.session().conn.run("SELECT pg_stat_force_next_flush()")
     assert summary["done"] == 5
     assert seq_scans() == before
+
+
+def test_a_run_at_of_minus_infinity_leaves_the_drain_and_its_metrics_working(
+        load_function, conn, sql, capsys):
+    # Plain SQL may store '-infinity': now() minus it cannot be computed, and the backlog
+    # query failed every drain after its work, in a queue it was not even draining.
+    sql("INSERT INTO jobs (job_type, queue, run_at) VALUES ('test-noop', 'other', '-infinity')")
+    pgdrain.enqueue(conn, "test-noop")
+    app = load_function("drain", PGDRAIN_QUEUES="default")
+    capsys.readouterr()
+    response = app.lambda_handler(load_event("drain_api.json"), LambdaContext())
+    assert response["statusCode"] == 200, response["body"]
+    [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert emf["Backlog"] == [1.0] and emf["OldestDueAge"][0] > 6e10  # from year 1
+    assert pgdrain.stats(conn).oldest_due_seconds > 6e10

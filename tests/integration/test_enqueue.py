@@ -213,3 +213,15 @@ def test_dbapi_connection_joins_the_callers_transaction(database_url, conn, sql)
         app.close()
     assert again == pgdrain.EnqueueResult(results[1].id, created=False)
     assert pgdrain.get_job(conn, results[0].id)["payload"] == {"note": "100% :colons: ok"}
+
+
+def test_int_subclasses_are_sent_as_their_numbers(conn, sql):
+    import enum
+
+    class Priority(enum.IntEnum):
+        HIGH = -1
+
+    job = pgdrain.enqueue(conn, "x", priority=Priority.HIGH, max_attempts=Priority.HIGH + 3)
+    assert sql("SELECT priority, max_attempts FROM jobs")[0] == {"priority": -1,
+                                                                 "max_attempts": 2}
+    assert pgdrain.get_job(conn, type("Id", (int,), {})(job.id))["id"] == job.id

@@ -26,17 +26,16 @@ def test_an_expired_lease_without_a_recorded_start_is_refunded(conn, sql):
     assert (row["status"], row["attempts"], row["lost_claims"], row["due"]) == (
         "pending", 0, 1, True)
     assert (row["last_error"], row["errors"], row["lease_token"]) == (None, [], None)
-    # Its next claim says so, and the start is recorded before the handler runs.
+    # Its next claim says so, and records its start.
     [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
     assert (job.attempts, job.lost_claims) == (1, 1)
-    assert pgdrain.queue.mark_started(conn, job)
     assert sql("SELECT started_at IS NOT NULL AS started FROM jobs")[0]["started"]
 
 
 def test_an_expired_lease_after_a_recorded_start_is_charged_with_backoff(conn, sql):
     pgdrain.enqueue(conn, "x", max_attempts=3)
-    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
-    assert pgdrain.queue.mark_started(conn, job)
+    sql("UPDATE jobs SET lost_claims = 1")  # so the claim records its start
+    pgdrain.claim(conn, batch_size=1, lease_seconds=60)
     expire_leases(sql)
     result = pgdrain.run_janitor(conn, SETTINGS)
     assert result == pgdrain.JanitorResult(ran=True, reclaimed=1)
@@ -50,17 +49,15 @@ def test_an_expired_lease_after_a_recorded_start_is_charged_with_backoff(conn, s
 
 
 def test_a_job_that_kills_its_worker_every_time_ends_failed(conn, sql):
-    # As a drain runs it: the first death is refunded (no start recorded); from then on the
-    # start is recorded, and each death is charged until max_attempts.
+    # The first death is refunded (no start recorded); from then on the claim records the
+    # start, and each death is charged until max_attempts.
     pgdrain.enqueue(conn, "poison", max_attempts=2)
     rounds = 0
     while sql("SELECT status FROM jobs")[0]["status"] != "failed":
         rounds += 1
         assert rounds <= 3
         sql("UPDATE jobs SET run_at = now() WHERE status = 'pending'")
-        [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
-        if job.lost_claims:
-            assert pgdrain.queue.mark_started(conn, job)
+        assert len(pgdrain.claim(conn, batch_size=1, lease_seconds=60)) == 1
         expire_leases(sql)  # the worker died: nothing finished the job
         pgdrain.run_janitor(conn, SETTINGS)
     assert rounds == 3
@@ -75,16 +72,17 @@ def test_unstarted_batch_mates_are_never_charged_however_often_their_drain_dies(
     # for the killer to be dead-lettered, they end with no attempt spent.
     pgdrain.enqueue(conn, "killer", max_attempts=3, priority=-1)
     pgdrain.enqueue_many(conn, [{"job_type": "innocent", "max_attempts": 1}] * 4)
+    claims = []
     for _ in range(5):
         if sql("SELECT status FROM jobs WHERE job_type = 'killer'")[0]["status"] == "failed":
             break
-        jobs = pgdrain.claim(conn, batch_size=5, lease_seconds=60)
-        assert [j.job_type for j in jobs] == ["killer"] + ["innocent"] * 4
-        if jobs[0].lost_claims:
-            assert pgdrain.queue.mark_started(conn, jobs[0])
+        claims.append([j.job_type for j in pgdrain.claim(conn, batch_size=5, lease_seconds=60)])
         expire_leases(sql)
         pgdrain.run_janitor(conn, SETTINGS)
         sql("UPDATE jobs SET run_at = now() WHERE status = 'pending'")
+    # Once its claim was lost, the killer is claimed alone: the innocent jobs never share a
+    # claim with it again.
+    assert claims == [["killer"] + ["innocent"] * 4] + [["killer"]] * 3
     rows = {r["job_type"]: r for r in sql(
         "SELECT job_type, status, max(attempts) AS attempts FROM jobs GROUP BY 1, 2")}
     assert (rows["killer"]["status"], rows["killer"]["attempts"]) == ("failed", 3)
@@ -175,3 +173,15 @@ def test_a_role_that_may_not_vacuum_is_skipped_without_an_error(conn, sql, datab
     finally:
         sql(f"DROP OWNED BY {role}")
         sql(f"DROP ROLE {role}")
+
+
+def test_a_suspect_is_claimed_alone_and_a_batch_stops_before_one(conn, sql):
+    ids = [r.id for r in pgdrain.enqueue_many(conn, [{"job_type": "x"}] * 6)]
+    sql("UPDATE jobs SET lost_claims = 1 WHERE id IN (:a, :b)", a=ids[0], b=ids[3])
+    claims = []
+    while batch := pgdrain.claim(conn, batch_size=10, lease_seconds=60):
+        claims.append([j.id for j in batch])
+    assert claims == [[ids[0]], [ids[1], ids[2]], [ids[3]], [ids[4], ids[5]]]
+    started = {r["id"]: r["started"] for r in sql(
+        "SELECT id, started_at IS NOT NULL AS started FROM jobs")}
+    assert started == {i: i in (ids[0], ids[3]) for i in ids}

@@ -214,6 +214,9 @@ CASES = [
     Case("nul-in-a-batch", {"jobs": [job(), job(queue=NUL)]}, 422),
     Case("escaped-backslash-u0000-is-text", job(payload={"a": "\\u0000"}), 201,
          stored={"payload": {"a": "\\u0000"}}),
+    # An integer too large for a float: compared before any conversion (it answered 500).
+    Case("delay-seconds-of-310-digits", '{"job_type": "test-noop", "delay_seconds": 1'
+                                        + "0" * 309 + "}", 422),
     # Numbers out of range.
     Case("priority-2**63", job(priority=2**63), 422),
     Case("priority-below-smallint", job(priority=-32769), 422),

@@ -175,3 +175,55 @@ def test_the_enqueue_function_survives_a_partition(load_function, proxy):
     response, remaining = _timed(app, load_event("enqueue_single.json"), 3)
     assert remaining > 0
     assert response["statusCode"] == 503
+
+
+def test_a_connection_dropped_mid_invocation_comes_back_bounded(load_function, conn, sql):
+    # A transactional handler overruns: the drain drops its connection (the server rolls the
+    # handler back), and reconnects to record the timeout. That write meets a row lock held
+    # elsewhere: the new connection must be bounded like the first, or the drain waits for
+    # the lock past its deadline.
+    pgdrain.enqueue(conn, "test-lock-then-hang")
+    app = load_function("drain")
+    try:
+        summary, remaining = _timed(app, {}, 8)
+    finally:
+        for held in test_jobs.HELD:
+            held.close()
+        test_jobs.HELD.clear()
+    assert remaining > 4, summary  # 1 s handler limit, then a lock wait of at most ~1 s
+    assert (summary["stopped"], summary["error"]) == (
+        "database_error", "a lock wait ran out of the time left (SQLSTATE 55P03)"), summary
+
+
+def test_a_secret_endpoint_that_never_answers_cannot_hold_the_drain(load_function, monkeypatch):
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept())
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    from pgdrain import credentials
+
+    credentials.clear_cache()
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+                        "AWS_DEFAULT_REGION": "eu-west-1",
+                        "AWS_ENDPOINT_URL_SECRETS_MANAGER":
+                            f"http://127.0.0.1:{listener.getsockname()[1]}"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("DATABASE_URL")
+    try:
+        app = load_function("drain", DB_SECRET_ARN="arn:aws:secretsmanager:eu-west-1:0:secret:x")
+        summary, remaining = _timed(app, {}, 3)
+    finally:
+        listener.close()
+        credentials.clear_cache()
+    assert remaining > 0
+    assert (summary["stopped"], summary["error"]) == (
+        "database_error", "could not connect to the database")

@@ -3,9 +3,10 @@
 A drain claims a batch and runs it one job after another. When a job kills its own process
 (an out-of-memory kill, Lambda's own timeout), the jobs behind it never started; SQS, River and
 Oban would all charge them the receive or attempt. Here the janitor charges only a claim whose
-start the drain recorded, and the drain records the start only of jobs that were in a lost
-claim before: the batch-mates of a killer come back with their attempt and run once, while the
-killer itself is charged from its second death on and ends failed.
+start was recorded, and a start is recorded only for a job that was in a lost claim before,
+which is then claimed alone (the claim records it): the batch-mates of a killer come back with
+their attempt and run once, while the killer, alone from then on, is charged for each death and
+ends failed.
 """
 
 from __future__ import annotations
@@ -48,13 +49,14 @@ def test_a_killer_ahead_of_nine_jobs_never_costs_them_an_attempt(drain_process, 
     assert rounds == [(-signal.SIGKILL, 0)] * 3 + [(0, 9)], rounds
     summary = json.loads(output.split("SUMMARY ", 1)[1])
     assert (summary["reclaimed_failed"], summary["reclaimed_refunded"], summary["done"]) == (
-        1, 9, 9), summary
+        1, 0, 9), summary
 
     rows = {r["id"]: r for r in sql("SELECT id, status, attempts, lost_claims, errors FROM jobs")}
     assert (rows[killer]["status"], rows[killer]["attempts"], rows[killer]["lost_claims"]) == (
         "failed", 2, 1)
     assert [e["error"][:13] for e in rows[killer]["errors"]] == ["lease expired"] * 2
     for ident in innocent:
-        # Three lost claims, none charged: done on their only attempt, no error recorded.
+        # One lost claim, not charged: after it the killer was claimed alone, so they never
+        # shared its claim again. Done on their only attempt, no error recorded.
         assert (rows[ident]["status"], rows[ident]["attempts"], rows[ident]["errors"],
-                rows[ident]["lost_claims"]) == ("done", 1, [], 3)
+                rows[ident]["lost_claims"]) == ("done", 1, [], 1)

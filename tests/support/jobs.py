@@ -141,3 +141,17 @@ def lock_own_row(job: pgdrain.Job) -> None:
 def quick(job: pgdrain.Job) -> None:
     """Sleeps payload["seconds"] within a 1 s budget: short contexts can run several."""
     time.sleep(job.payload.get("seconds", 0))
+
+
+@pgdrain.job("test-lock-then-hang", timeout=1, transactional=True)
+def lock_then_hang(job: pgdrain.Job, conn) -> None:
+    """Has another session lock its own job row (kept until the test closes it), then hangs in
+    a statement past its 1 s limit: the drain must drop its connection, and the retry write
+    that follows meets the lock."""
+    from pgdrain.db import connect
+
+    other = connect(os.environ["DATABASE_URL"])
+    other.run("BEGIN")
+    other.run("SELECT id FROM jobs WHERE id = :id FOR UPDATE", id=job.id)
+    HELD.append(other)
+    conn.run("SELECT pg_sleep(10)")

@@ -45,3 +45,30 @@ def test_what_cannot_be_a_job_id_is_refused_with_a_readable_message(value):
                        ) as info:
         job_id(value)
     assert len(str(info.value)) < 140
+
+
+def test_int_and_float_subclasses_are_written_as_numbers():
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = -1
+
+    class Ratio(float):
+        def __repr__(self) -> str:
+            return "Ratio(...)"
+
+    assert array_literal([Level.HIGH, Ratio(0.5)]) == '{"-1","0.5"}'
+
+
+def test_a_payload_too_big_for_memory_fails_its_job_alone(monkeypatch):
+    import json
+
+    from pgdrain import queue
+
+    def out_of_memory(text):
+        raise MemoryError
+
+    monkeypatch.setattr(json, "loads", out_of_memory)
+    assert queue.decode_json('{"x": 1}') == (
+        None, "the stored JSON (8 characters) does not fit in this process's memory once "
+              "decoded")

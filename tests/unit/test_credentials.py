@@ -550,7 +550,7 @@ def test_an_error_the_caller_is_handling_is_not_the_reason(aws, tmp_path, monkey
     arn = _secret(aws, RDS_SECRET | {"host": str(tmp_path)})
     fetched = []
     monkeypatch.setattr(credentials, "_fetch_secret",
-                        lambda env, refresh: fetched.append(refresh) or RDS_SECRET
+                        lambda env, refresh, timeout=None: fetched.append(refresh) or RDS_SECRET
                         | {"host": str(tmp_path)})
     try:
         raise pg8000.exceptions.DatabaseError({"C": "28P01", "M": "an earlier failure"})

@@ -4,8 +4,9 @@ The mode follows the first setting that is present:
 
 1. ``DATABASE_URL``: the URL says everything (``pgdrain.db.parse_database_url``).
 2. ``DB_SECRET_ARN``: a Secrets Manager secret in the RDS JSON format
-   (``{"username", "password", "host", "port", "dbname", "engine", ...}``), fetched with
-   Powertools Parameters and cached for ``PGDRAIN_SECRET_MAX_AGE_SECONDS`` across invocations.
+   (``{"username", "password", "host", "port", "dbname", "engine", ...}``), fetched with boto3
+   (its waits bounded by the caller's time left) and cached for
+   ``PGDRAIN_SECRET_MAX_AGE_SECONDS`` across invocations.
    ``DB_HOST``, ``DB_PORT`` and ``DB_NAME``, when set, take precedence over the secret's
    values (an RDS Proxy endpoint; an RDS-managed master secret holds only username and
    password). When the server rejects the password, ``connect_from_env`` fetches the secret
@@ -16,19 +17,22 @@ The mode follows the first setting that is present:
 For 2 and 3, TLS comes from ``DB_SSLMODE`` (default ``verify-full``) and ``DB_SSL_ROOT_CERT``;
 RDS certificates are not in the system store, so verification needs the RDS CA bundle.
 
-boto3 and Powertools Parameters cost hundreds of milliseconds to import; they are imported only
-by the modes that use them, so a ``DATABASE_URL`` cold start never loads them.
+boto3 costs hundreds of milliseconds to import; it is imported only by the modes that use it,
+so a ``DATABASE_URL`` cold start never loads it.
 
 Passwords and tokens never appear in pgdrain's messages, nor in the exceptions it chains.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import re
 import ssl
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -78,20 +82,21 @@ def credential_mode(env: Mapping[str, str] | None = None) -> Mode:
 
 
 def connect_params_from_env(
-    env: Mapping[str, str] | None = None, *, refresh: bool = False
+    env: Mapping[str, str] | None = None, *, refresh: bool = False,
+    timeout: float | None = None,
 ) -> ConnectParams:
     """Connection parameters from the environment (see the module docstring for the modes).
 
-    ``refresh=True`` fetches the secret again instead of using the cached copy. Raises
-    ConfigError for missing or invalid settings and DatabaseConnectError when the secret or
-    the IAM token cannot be obtained from AWS.
+    ``refresh=True`` fetches the secret again instead of using the cached copy; ``timeout``
+    (seconds) bounds that fetch. Raises ConfigError for missing or invalid settings and
+    DatabaseConnectError when the secret or the IAM token cannot be obtained from AWS.
     """
     env = os.environ if env is None else env
     mode = credential_mode(env)
     if mode == "url":
         return parse_database_url(_get(env, "DATABASE_URL"))
     if mode == "secret":
-        return params_from_secret(_fetch_secret(env, refresh=refresh), env)
+        return params_from_secret(_fetch_secret(env, refresh=refresh, timeout=timeout), env)
     return _iam_params(env)
 
 
@@ -107,24 +112,25 @@ def connect_from_env(env: Mapping[str, str] | None = None, *, timeout: float | N
     or token and without chaining the original exception.
     """
     env = os.environ if env is None else env
+    deadline = None if timeout is None else time.monotonic() + timeout
     mode = credential_mode(env)
-    params = connect_params_from_env(env)
+    params = connect_params_from_env(env, timeout=_left(deadline))
     # An exception the caller is handling is no part of this failure's story.
     outer = sys.exc_info()[1]
     try:
-        return connect(params, timeout=timeout)
+        return connect(params, timeout=_left(deadline))
     except Exception as exc:
         failure: Exception = exc
     retried = False
     if mode == "secret" and _sqlstate(failure, outer) in AUTH_FAILURE_SQLSTATES:
-        fresh = connect_params_from_env(env, refresh=True)
+        fresh = connect_params_from_env(env, refresh=True, timeout=_left(deadline))
         if fresh != params:
             log.warning("login as %s at %s failed (%s); the secret has changed since it was "
                         "cached, retrying with the new one",
                         params.user, params.where, _sqlstate(failure, outer))
             params, retried = fresh, True
             try:
-                return connect(params, timeout=timeout)
+                return connect(params, timeout=_left(deadline))
             except Exception as exc:
                 failure = exc
     raise DatabaseConnectError(_connect_message(params, failure, mode, retried, outer)) \
@@ -168,45 +174,74 @@ def params_from_secret(secret: Any, env: Mapping[str, str] | None = None) -> Con
 def clear_cache() -> None:
     """Forget cached secrets and AWS clients (tests; the next call fetches again)."""
     _rds_clients.clear()
-    parameters = _loaded("aws_lambda_powertools.utilities.parameters")
-    if parameters is not None:
-        parameters.clear_caches()
+    _secrets.clear()
+    _secrets_clients.clear()
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (at least a few milliseconds: the step then fails fast)."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0.01)
 
 
 # --- secret mode -------------------------------------------------------------------------------
 
-# Secrets Manager answers in milliseconds; two short tries, then the invocation moves on.
+# Secrets Manager answers in milliseconds: two short tries when there is time, one shorter try
+# when there is not. The secret itself is cached here (value and when it was fetched).
 SECRETS_CLIENT_TIMEOUTS = {"connect_timeout": 2, "read_timeout": 3,
                            "retries": {"total_max_attempts": 2}}
+_secrets: dict[str, tuple[float, Any]] = {}
+_secrets_clients: dict[tuple[float, float, int], Any] = {}
 
 
-def _fetch_secret(env: Mapping[str, str], *, refresh: bool) -> Any:
+def _fetch_secret(env: Mapping[str, str], *, refresh: bool, timeout: float | None = None
+                  ) -> Any:
+    arn = _get(env, "DB_SECRET_ARN")
+    max_age = _max_age(env)
+    cached = _secrets.get(arn)
+    if cached is not None and not refresh and time.monotonic() - cached[0] < max_age:
+        return cached[1]
     # botocore logs whole response bodies at DEBUG, GetSecretValue's password included: keep
     # its loggers above DEBUG even when the function's log level (or the root's) is DEBUG.
     logging.getLogger("botocore").setLevel(max(logging.getLogger("botocore").level,
                                                logging.INFO))
-    arn = _get(env, "DB_SECRET_ARN")
-    max_age = _max_age(env)
+    client = _secrets_client(timeout)
     try:
-        from aws_lambda_powertools.utilities import parameters
-    except ImportError:
-        raise ConfigError("DB_SECRET_ARN needs aws-lambda-powertools and boto3 "
-                          "(the pgdrain layer has them)") from None
-    if "secrets" not in parameters.base.DEFAULT_PROVIDERS:
-        # botocore's defaults (60 s to connect, 60 s per read, retried) would let an
-        # unreachable endpoint hold an invocation far past its timeout.
-        from botocore.config import Config
-
-        parameters.base.DEFAULT_PROVIDERS["secrets"] = parameters.SecretsProvider(
-            boto_config=Config(**SECRETS_CLIENT_TIMEOUTS))
+        text = client.get_secret_value(SecretId=arn).get("SecretString")
+    except Exception as exc:  # botocore's ClientError (its code and AWS's message), a timeout
+        raise DatabaseConnectError(f"could not read the secret {arn}: "
+                                   f"{type(exc).__name__}: {exc}") from None
     try:
-        return parameters.get_secret(arn, transform="json", max_age=max_age, force_fetch=refresh)
-    except parameters.TransformParameterError:
+        value = json.loads(text or "")
+    except ValueError:
         raise ConfigError(f"the secret {arn} is not valid JSON; pgdrain expects the RDS format "
                           '{"username", "password", "host", "port", "dbname"}') from None
-    except parameters.GetParameterError as exc:
-        # The text comes from botocore's ClientError (code and AWS message), never the value.
-        raise DatabaseConnectError(f"could not read the secret {arn}: {exc}") from None
+    _secrets[arn] = (time.monotonic(), value)
+    return value
+
+
+def _secrets_client(timeout: float | None) -> Any:
+    """A Secrets Manager client whose connect, read and retries fit in ``timeout``."""
+    connect = float(SECRETS_CLIENT_TIMEOUTS["connect_timeout"])
+    read = float(SECRETS_CLIENT_TIMEOUTS["read_timeout"])
+    attempts = int(SECRETS_CLIENT_TIMEOUTS["retries"]["total_max_attempts"])  # type: ignore[index]
+    if timeout is not None and timeout < attempts * (connect + read):
+        # In half-second steps, so that a few clients serve every invocation.
+        budget = max(math.floor(timeout * 2) / 2, 0.5)
+        attempts, connect, read = 1, min(connect, budget / 2), min(read, budget / 2)
+    key = (connect, read, attempts)
+    client = _secrets_clients.get(key)
+    if client is None:
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError:
+            raise ConfigError("DB_SECRET_ARN needs boto3 (the Lambda runtime has it)") from None
+        # A session of its own: the application's default session (and the credentials it
+        # cached) stay as they were.
+        client = _secrets_clients[key] = boto3.session.Session().client(
+            "secretsmanager", config=Config(connect_timeout=connect, read_timeout=read,
+                                            retries={"total_max_attempts": attempts}))
+    return client
 
 
 def _max_age(env: Mapping[str, str]) -> int:
@@ -373,6 +408,3 @@ def _port(raw: Any, name: str) -> int:
 def _get(env: Mapping[str, str], name: str) -> str:
     return (env.get(name) or "").strip()
 
-
-def _loaded(module: str) -> Any:
-    return sys.modules.get(module)

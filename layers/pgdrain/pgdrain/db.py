@@ -203,8 +203,10 @@ def array_literal(values: Any) -> str:
         elif isinstance(value, datetime):
             # In UTC: PostgreSQL refuses offsets beyond ±15:59, which Python allows.
             text = (value.astimezone(UTC) if value.tzinfo else value).isoformat()
-        elif isinstance(value, int | float):
-            text = repr(value)
+        elif isinstance(value, int):
+            text = int.__repr__(value)  # an IntEnum's repr is "<P.HIGH: -1>"
+        elif isinstance(value, float):
+            text = float.__repr__(value)
         else:
             raise TypeError(f"no array element form for {type(value).__name__}")
         if "\\" in text or '"' in text:
@@ -395,12 +397,15 @@ class Connector:
         self._prepare = prepare
         self._server_bounds = server_bounds
         self._session: Session | None = None
+        self._deadline: float | None = None
 
     def session(self) -> Session:
-        """The live session, connecting first if there is none."""
+        """The live session, connecting first if there is none (within the deadline of the
+        last ``open``: a connection dropped mid-invocation comes back bounded as before, or
+        not at all once the time is up)."""
         if self._session is None:
-            self._session = Session(self._connect(timeout=None), prepare=self._prepare)
-        return self._session
+            self.open(self._deadline)
+        return self._session  # type: ignore[return-value]
 
     @property
     def connected(self) -> bool:
@@ -423,6 +428,7 @@ class Connector:
         (RDS Proxy, PgBouncer in transaction mode): without ``server_bounds`` only the client
         is bounded (set ``statement_timeout`` and ``lock_timeout`` on the role instead).
         """
+        self._deadline = deadline
         if self._session is not None:
             try:
                 self._bound(self._session, deadline)

@@ -258,9 +258,6 @@ class _Drain:
                     self._flush_done()
                     self._release(jobs[index:])
                     return False
-                if job.lost_claims and not queue.mark_started(self.session, job):
-                    self._count(job, "stale", 0.0, None)
-                    continue
                 self.started += 1
                 self._run_job(job, handler, min(budget, left))
                 if (self.done_buffer and time.monotonic() - self.done_buffer_since

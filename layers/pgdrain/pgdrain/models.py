@@ -40,7 +40,7 @@ class Job:
     dedupe_key: str | None = None
     lost_claims: int = 0
     """How often a drain died holding this job before it was known to have started; when
-    above 0 the drain records the job's start before running it (see policy.after_lost_lease)."""
+    above 0 the job is claimed alone, its start recorded (see policy.after_lost_lease)."""
     payload_error: str | None = None
     """Why the stored payload could not be decoded (``payload`` is then None): the drain
     fails the job with this reason instead of running it."""

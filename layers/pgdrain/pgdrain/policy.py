@@ -93,13 +93,13 @@ def after_lost_lease(
     """Decide what happens to a job whose lease expired: its drain died holding it.
 
     A drain runs its claimed batch one job after another, so when it dies only one of them
-    was running, and unless the drain recorded the job's start (``started``), nothing says
-    which. Such a job is refunded, never charged: a job that never started is never charged
-    an attempt and never dead-lettered for a lease that expired. The refund is counted on the
-    job (``lost_claims``), and from then on the drain records its start before running it; a
-    lease that expires after a recorded start is that attempt's failure, so a job that kills
-    its worker every time still ends ``failed`` after ``max_attempts`` (at most one uncharged
-    run more).
+    was running, and unless its start was recorded (``started``), nothing says which. Such a
+    job is refunded, never charged: a job that never started is never charged an attempt and
+    never dead-lettered for a lease that expired. The refund is counted on the job
+    (``lost_claims``), and from then on the job is claimed alone with its start recorded by
+    the claim; a lease that expires after that is that attempt's failure, so a job that kills
+    its worker every time, even while its claim is decoded, still ends ``failed`` after
+    ``max_attempts``, with at most one uncharged run more.
     """
     if not started:
         return Refund()

@@ -9,7 +9,6 @@ the claim's lease token) and reports writes that were stale.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -121,7 +120,8 @@ def new_job(
     if delay_seconds is not None:
         if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, int | float):
             raise bad("delay_seconds", "must be a number")
-        if not math.isfinite(delay_seconds) or not 0 <= delay_seconds <= MAX_DELAY_SECONDS:
+        # Compared before any float(): an int of 400 digits does not fit in one.
+        if not (0 <= delay_seconds <= MAX_DELAY_SECONDS):  # NaN fails this too
             raise bad("delay_seconds", f"must be between 0 and {MAX_DELAY_SECONDS} (ten years)")
         delay = float(delay_seconds)
     if dedupe_key is not None:
@@ -341,15 +341,11 @@ def decode_json(text: str | None) -> tuple[Any, str | None]:
         return json.loads(text), None
     except RecursionError:
         return None, "the stored JSON is nested too deeply to decode"
+    except MemoryError:
+        return None, (f"the stored JSON ({len(text):,} characters) does not fit in this "
+                      "process's memory once decoded")
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         return None, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
-
-
-def mark_started(conn: Any, job: Job) -> bool:
-    """Record that a claimed job's handler starts now (see ``policy.after_lost_lease``);
-    False if the claim was lost."""
-    return as_session(conn).one("job_mark_started", id=job.id,
-                                token=job.lease_token) is not None
 
 
 def _written(asked: Sequence[Job], rows: list[dict[str, Any]]) -> Written:
@@ -539,7 +535,7 @@ def job_id(value: Any) -> int:
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_JOB_ID:
-        return value
+        return int(value)  # an IntEnum too, as a plain int
     raise InvalidJobId(f"a job id is an integer from 1 to {MAX_JOB_ID}, not {_shown(value)}")
 
 

@@ -6,13 +6,18 @@
 -- sorted by name. Time always comes from the database (`now()`), never from the caller.
 
 -- name: connection_bound
--- Bound every later statement of this session by the server too: a statement still running
--- (or waiting for a lock) past the time the caller has left is cancelled, so nothing the
--- drain or the enqueue function started outlives its invocation, even when the client has
--- given up on the socket. Session-level; the next invocation sets its own. One round trip,
--- which also tells whether a reused connection is still alive.
+-- Bound every later statement of this session by the server too: none may run longer than the
+-- invocation had left when it began, nor wait for a lock more than a tenth of that, so a
+-- statement the client gave up on (its socket timed out) does not run on holding its locks.
+-- Session-level; the next invocation sets its own. One round trip, which also tells whether a
+-- reused connection is still alive.
 SELECT set_config('statement_timeout', :statement_ms::int::text, false) AS statement_timeout,
-       set_config('lock_timeout', :lock_ms::int::text, false) AS lock_timeout
+       set_config('lock_timeout', :lock_ms::int::text, false) AS lock_timeout,
+       -- PostgreSQL 14 and later also notice within a second that the client gave up (its
+       -- socket timed out and it closed the connection), and cancel what it was waiting for.
+       CASE WHEN current_setting('server_version_num')::int >= 140000
+            THEN set_config('client_connection_check_interval', '1000', false)
+       END AS client_connection_check_interval
 
 -- name: connection_ping
 -- A cheap round trip that tells whether a reused connection is still alive.
@@ -92,9 +97,12 @@ WITH RECURSIVE priorities AS (
             LIMIT :cap::int) AS d) AS due
     WHERE p.priority IS NOT NULL
 )
+-- A run_at of -infinity (plain SQL allows it) counts from year 1: the age stays a number.
 SELECT least(COALESCE(sum(n), 0), :cap::int)::bigint AS due,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(first_run_at) FILTER (
-           WHERE first_run_at <= now())), 0)::float8 AS oldest_due_seconds
+       COALESCE(EXTRACT(EPOCH FROM now() - CASE
+           WHEN min(first_run_at) = '-infinity' THEN timestamptz '0001-01-01 00:00:00+00'
+           ELSE min(first_run_at) FILTER (WHERE first_run_at <= now()) END), 0)::float8
+           AS oldest_due_seconds
 FROM per_priority
 
 -- name: job_claim_batch
@@ -105,8 +113,12 @@ FROM per_priority
 -- SELECT returns the batch in claim order. The payload comes back as text, decoded job by
 -- job: a row inserted by plain SQL that the driver cannot decode (a 5,000-digit number, an
 -- array nested 3,000 deep) fails alone instead of the whole batch.
-WITH due AS MATERIALIZED (
-    SELECT id
+-- A job whose claim was lost before without a record of its start (lost_claims > 0) is
+-- claimed alone, with its start recorded by this very statement: if its drain dies again, the
+-- janitor knows it was that job and charges it, and no other job shares its claim. A batch
+-- therefore stops before the first such job, unless that job comes first.
+WITH locked AS MATERIALIZED (
+    SELECT id, priority, run_at, lost_claims
     FROM jobs
     WHERE status = 'pending'
       AND run_at <= now()
@@ -114,6 +126,15 @@ WITH due AS MATERIALIZED (
     ORDER BY priority, run_at, id
     LIMIT :batch_size::int
     FOR UPDATE SKIP LOCKED
+), due AS MATERIALIZED (
+    SELECT id, lost_claims > 0 AS alone,
+           row_number() OVER (ORDER BY priority, run_at, id) AS n
+    FROM locked
+), chosen AS (
+    SELECT id, alone
+    FROM due
+    WHERE (n = 1 AND alone)
+       OR n < COALESCE((SELECT min(n) FROM due WHERE alone), :batch_size::int + 1)
 ), claimed AS (
     UPDATE jobs AS j
     SET status           = 'running',
@@ -121,10 +142,10 @@ WITH due AS MATERIALIZED (
         claimed_at       = now(),
         lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
         lease_token      = gen_random_uuid(),
-        started_at       = NULL,
+        started_at       = CASE WHEN chosen.alone THEN now() END,
         updated_at       = now()
-    FROM due
-    WHERE j.id = due.id
+    FROM chosen
+    WHERE j.id = chosen.id
     RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
               j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
               j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
@@ -193,18 +214,11 @@ SELECT dedupe_key, id
 FROM jobs
 WHERE dedupe_key = ANY(:dedupe_keys::text[]) AND status IN ('pending', 'running')
 
--- name: job_mark_started
--- Record that a claimed job's handler is starting, before it runs: only for jobs whose claim
--- was lost before (lost_claims > 0), so that if this drain dies too, the janitor charges the
--- attempt the job really used. Guarded by its claim.
-UPDATE jobs
-SET started_at = now()
-WHERE id = :id::bigint AND status = 'running' AND lease_token = :token::uuid
-RETURNING id
-
 -- name: job_oldest_due_age
 -- Seconds since the oldest due pending job became due (0 when none is due): the queue's lag.
-SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(run_at)), 0)::float8 AS oldest_due_seconds,
+SELECT COALESCE(EXTRACT(EPOCH FROM now() - CASE
+           WHEN min(run_at) = '-infinity' THEN timestamptz '0001-01-01 00:00:00+00'
+           ELSE min(run_at) END), 0)::float8 AS oldest_due_seconds,
        count(*) AS due
 FROM jobs
 WHERE status = 'pending' AND run_at <= now()

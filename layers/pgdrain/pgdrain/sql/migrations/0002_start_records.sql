@@ -8,8 +8,8 @@
 -- lost_claims  how many times a drain lost this job's claim without a record that the job
 --              had started. The janitor refunds such an attempt (never charging or dead-
 --              lettering a job that may not have run) and counts it here. From then on the
---              drain records the job's start before running it.
--- started_at   when the current claim's handler started, for jobs with lost_claims > 0 (NULL
+--              job is claimed alone, its start recorded by the claim.
+-- started_at   when the current claim started the job, for jobs with lost_claims > 0 (NULL
 --              otherwise, and reset by every claim). A lease that expires with a recorded
 --              start is charged as before, so a job that kills its worker every time still
 --              ends failed after max_attempts.
