@@ -262,7 +262,8 @@ def start_workers(url: str, args: argparse.Namespace) -> list[subprocess.Popen]:
     return workers
 
 
-def process(conn: Any, url: str, args: argparse.Namespace) -> Progress:
+# C901: a benchmark's script, its phases in the order they run; split, it would read worse.
+def process(conn: Any, url: str, args: argparse.Namespace) -> Progress:  # noqa: C901
     """Part 1: enqueue, drain and purge ``args.jobs`` jobs, sampling as history accumulates."""
     settings = pgdrain.Settings(retention_seconds=args.retention_seconds,
                                 purge_batch_size=args.purge_batch_size,

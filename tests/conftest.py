@@ -20,7 +20,7 @@ from pgdrain.settings import SETTINGS
 
 # Settings from the developer's shell must not leak into tests; DATABASE_URL picks the server.
 # (Test knobs such as PGDRAIN_FUZZ_EXAMPLES and PGDRAIN_SOAK are not settings and stay.)
-for _name in [n for n in os.environ if n in {name for name, _, _ in SETTINGS}
+for _name in [n for n in os.environ if n in {s.name for s in SETTINGS}
               and n != "DATABASE_URL"]:
     del os.environ[_name]
 
@@ -151,7 +151,7 @@ def aws(monkeypatch):
     """Fake AWS credentials, a moto account, and no cached secret or client before or after."""
     from moto import mock_aws
 
-    from pgdrain import credentials
+    from pgdrain.aws import credentials
 
     for name in ("AWS_PROFILE", "AWS_REGION", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)

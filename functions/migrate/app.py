@@ -20,7 +20,7 @@ logger = Logger(service="pgdrain-migrate")
 
 
 def _connect() -> Any:
-    from pgdrain.credentials import connect_from_env
+    from pgdrain.aws.credentials import connect_from_env
 
     return connect_from_env()
 

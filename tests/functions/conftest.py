@@ -4,6 +4,7 @@ and feed it the files in events/, as `sam local invoke -e` would."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
@@ -49,11 +50,17 @@ def load_function(function_env, monkeypatch):
         loaded.append(module)
         return module
 
+    library = logging.getLogger("pgdrain")
+    saved = library.handlers[:], library.propagate, library.level
     yield load
     for module in loaded:
         connector = getattr(module, "CONNECTOR", None)
         if connector is not None:
             connector.discard()
+    # A function routes the library's loggers through its Powertools handler (bound to this
+    # test's captured stdout) and stops their propagation: later tests get them back.
+    library.handlers[:], library.propagate = saved[0], saved[1]
+    library.setLevel(saved[2])
 
 
 @pytest.fixture

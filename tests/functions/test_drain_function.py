@@ -83,7 +83,7 @@ def test_two_seconds_left_with_one_second_jobs(load_function, conn, sql):
 
 
 def test_a_budget_longer_than_the_function_can_give_does_not_block_the_queue(
-        load_function, conn, sql, caplog):
+        load_function, conn, sql, capsys):
     # test-long declares 300 s; this function has 10. Released every time, it would sit at the
     # head of the queue for ever: it runs with the time left, as long as that is at least half
     # of what the invocation could ever give it (the whole of it for the first job).
@@ -94,7 +94,9 @@ def test_a_budget_longer_than_the_function_can_give_does_not_block_the_queue(
     app = load_function("drain", PGDRAIN_SAFETY_MARGIN_SECONDS="1")
     first = app.lambda_handler({}, LambdaContext(timeout_seconds=10))
     assert (first["done"], first["released"], first["stopped"]) == (3, 0, "empty")
-    assert caplog.text.count("(test-long) has a 300 s time budget but this invocation has") == 1
+    # The library's warning, in the function's JSON log.
+    log = capsys.readouterr().out
+    assert log.count("(test-long) has a 300 s time budget but this invocation has") == 1
     rows = sql("SELECT id, status, attempts FROM jobs ORDER BY id")
     assert [(r["id"], r["status"], r["attempts"]) for r in rows] == [
         (ids[0], "done", 1), (ids[1], "done", 1), (ids[2], "done", 1)]
@@ -477,8 +479,8 @@ def test_the_dead_letter_metric_counts_the_janitors_failures(load_function, conn
     # A job whose start was recorded, out of attempts when its drain died: the janitor fails
     # it, and JobsFailed (which the dead-letter alarm watches) counts it.
     pgdrain.enqueue(conn, "test-noop", max_attempts=1)
-    conn.run("UPDATE jobs SET lost_claims = 1")  # so the claim records its start
-    pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    conn.run("UPDATE jobs SET lost_claims = 1")  # so its claim records its start
+    pgdrain.store.claim_alone(conn, lease_seconds=60)
     conn.run("UPDATE jobs SET lease_expires_at = now() - interval '1 second'")
     app = load_function("drain")
     capsys.readouterr()
@@ -542,3 +544,18 @@ def test_a_run_at_of_minus_infinity_leaves_the_drain_and_its_metrics_working(
     [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     assert emf["Backlog"] == [1.0] and emf["OldestDueAge"][0] > 6e10  # from year 1
     assert pgdrain.stats(conn).oldest_due_seconds > 6e10
+
+
+def test_the_library_logs_as_the_function_json_with_the_correlation_id(load_function, conn,
+                                                                        capsys):
+    # A 300-s job in a 10-s function: pgdrain.drain warns (a stdlib logger in the library).
+    pgdrain.enqueue(conn, "test-long", {"seconds": 0})
+    app = load_function("drain")
+    context = LambdaContext(timeout_seconds=10)
+    assert app.lambda_handler({}, context)["done"] == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    library = [line for line in lines if line.get("name") == "pgdrain.drain"]
+    assert [line["level"] for line in library] == ["WARNING"]
+    assert library[0]["correlation_id"] == context.aws_request_id
+    assert library[0]["service"] == app.logger.service

@@ -11,7 +11,7 @@ import pytest
 from botocore.stub import Stubber
 
 import pgdrain
-from pgdrain.doorbell import Doorbell
+from pgdrain.aws.doorbell import Doorbell
 from pgdrain_dev.context import LambdaContext
 from tests.support.functions import load_event
 
@@ -307,7 +307,7 @@ class TestDoorbell:
         client = boto3.client("lambda", region_name="eu-west-1", aws_access_key_id="testing",
                               aws_secret_access_key="testing")
         stubber = Stubber(client)
-        monkeypatch.setattr(app, "DOORBELL", Doorbell("pgdrain-drain", window_seconds=60,
+        monkeypatch.setattr(app.FUNCTION, "doorbell", Doorbell("pgdrain-drain", window_seconds=60,
                                                       client_factory=lambda: client))
         with stubber:
             yield stubber

@@ -42,11 +42,16 @@ from schemathesis.specs.openapi.checks import (
 )
 
 import pgdrain
-from pgdrain.api import JOB_FIELDS, ApiError, EnqueueRequest, Limits, parse_enqueue
-from pgdrain.openapi import MAX_DELAY_SECONDS, MAX_IDEMPOTENCY_KEY, MAX_JOB_ID, openapi_document
+from pgdrain.http.openapi import (
+    MAX_DELAY_SECONDS,
+    MAX_IDEMPOTENCY_KEY,
+    MAX_JOB_ID,
+    openapi_document,
+)
+from pgdrain.http.requests import JOB_FIELDS, ApiError, EnqueueRequest, Limits, parse_enqueue
+from pgdrain.models import MAX_DEDUPE_KEY, MAX_INT, MAX_TEXT, SMALLINT, NewJob
 from pgdrain.payload import dump
 from pgdrain.payload import parse as parse_payload
-from pgdrain.queue import MAX_DEDUPE_KEY, MAX_INT, MAX_TEXT, SMALLINT, NewJob
 from pgdrain.registry import Handler, Registry
 from pgdrain_dev.context import LambdaContext
 from tests.support.functions import load_event

@@ -21,8 +21,8 @@ import pytest
 
 import pgdrain
 from pgdrain.db import connect
-from pgdrain.queue import MIGRATION_LOCK_KEY
 from pgdrain.sql import migrations
+from pgdrain.store import MIGRATION_LOCK_KEY
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "layers" / "pgdrain"

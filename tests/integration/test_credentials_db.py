@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import pg8000.exceptions
 import pytest
 
-from pgdrain import credentials
-from pgdrain.credentials import connect_from_env, connect_params_from_env
+from pgdrain.aws import credentials
+from pgdrain.aws.credentials import connect_from_env, connect_params_from_env
 from pgdrain.db import ConnectParams, connect, parse_database_url
 from pgdrain.errors import DatabaseConnectError
 

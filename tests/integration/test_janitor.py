@@ -4,8 +4,9 @@ and overlapping drains never wait for each other."""
 from __future__ import annotations
 
 import pgdrain
+from pgdrain.janitor import vacuum_if_due
 from pgdrain.policy import Backoff
-from pgdrain.queue import JANITOR_LOCK_KEY
+from pgdrain.store import JANITOR_LOCK_KEY
 
 SETTINGS = pgdrain.Settings(backoff=Backoff(base_seconds=2, cap_seconds=3600, jitter=0))
 
@@ -20,25 +21,26 @@ def test_an_expired_lease_without_a_recorded_start_is_refunded(conn, sql):
     pgdrain.claim(conn, batch_size=1, lease_seconds=60)
     expire_leases(sql)
     result = pgdrain.run_janitor(conn, SETTINGS)
-    assert result == pgdrain.JanitorResult(ran=True, reclaimed=1, refunded=1)
+    assert result == pgdrain.JanitorResult(ran=True, reclaimed=1, refunded=1, alone_due=True)
     [row] = sql("SELECT status, attempts, lost_claims, run_at <= now() AS due, last_error, "
                 "errors, lease_token, started_at FROM jobs")
     assert (row["status"], row["attempts"], row["lost_claims"], row["due"]) == (
         "pending", 0, 1, True)
     assert (row["last_error"], row["errors"], row["lease_token"]) == (None, [], None)
-    # Its next claim says so, and records its start.
-    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    # Batches leave it out; it is claimed alone, with its start recorded.
+    assert pgdrain.claim(conn, batch_size=10, lease_seconds=60) == []
+    job = pgdrain.store.claim_alone(conn, lease_seconds=60)
     assert (job.attempts, job.lost_claims) == (1, 1)
     assert sql("SELECT started_at IS NOT NULL AS started FROM jobs")[0]["started"]
 
 
 def test_an_expired_lease_after_a_recorded_start_is_charged_with_backoff(conn, sql):
     pgdrain.enqueue(conn, "x", max_attempts=3)
-    sql("UPDATE jobs SET lost_claims = 1")  # so the claim records its start
-    pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    sql("UPDATE jobs SET lost_claims = 1")  # so its claim records its start
+    pgdrain.store.claim_alone(conn, lease_seconds=60)
     expire_leases(sql)
     result = pgdrain.run_janitor(conn, SETTINGS)
-    assert result == pgdrain.JanitorResult(ran=True, reclaimed=1)
+    assert result == pgdrain.JanitorResult(ran=True, reclaimed=1, alone_due=True)
     [row] = sql("SELECT status, attempts, (run_at - updated_at) AS wait, last_error, errors, "
                 "lease_token, lease_expires_at FROM jobs")
     assert (row["status"], row["attempts"]) == ("pending", 1)
@@ -57,7 +59,9 @@ def test_a_job_that_kills_its_worker_every_time_ends_failed(conn, sql):
         rounds += 1
         assert rounds <= 3
         sql("UPDATE jobs SET run_at = now() WHERE status = 'pending'")
-        assert len(pgdrain.claim(conn, batch_size=1, lease_seconds=60)) == 1
+        claimed = (pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+                   or [pgdrain.store.claim_alone(conn, lease_seconds=60)])
+        assert len(claimed) == 1 and claimed[0] is not None
         expire_leases(sql)  # the worker died: nothing finished the job
         pgdrain.run_janitor(conn, SETTINGS)
     assert rounds == 3
@@ -76,7 +80,10 @@ def test_unstarted_batch_mates_are_never_charged_however_often_their_drain_dies(
     for _ in range(5):
         if sql("SELECT status FROM jobs WHERE job_type = 'killer'")[0]["status"] == "failed":
             break
-        claims.append([j.job_type for j in pgdrain.claim(conn, batch_size=5, lease_seconds=60)])
+        # As a drain claims: one job whose claim was lost, alone, while there are any.
+        alone = pgdrain.store.claim_alone(conn, lease_seconds=60)
+        claims.append([alone.job_type] if alone else
+                      [j.job_type for j in pgdrain.claim(conn, batch_size=5, lease_seconds=60)])
         expire_leases(sql)
         pgdrain.run_janitor(conn, SETTINGS)
         sql("UPDATE jobs SET run_at = now() WHERE status = 'pending'")
@@ -140,16 +147,16 @@ def _dead_rows(conn, sql, n):
 def test_the_drain_vacuums_jobs_when_dead_rows_pile_up(conn, sql):
     _dead_rows(conn, sql, 300)
     off = pgdrain.Settings(vacuum_dead_tuples=0)
-    assert pgdrain.queue.vacuum_if_due(conn, off) is False
+    assert vacuum_if_due(conn, off) is False
     settings = pgdrain.Settings(vacuum_dead_tuples=100, vacuum_interval_seconds=0)
-    assert pgdrain.queue.vacuum_if_due(conn, settings) is True
+    assert vacuum_if_due(conn, settings) is True
     [row] = sql("SELECT last_vacuum IS NOT NULL AS vacuumed FROM pg_stat_user_tables "
                 "WHERE relname = 'jobs'")
     assert row["vacuumed"]
     # Not again within the interval, however many dead rows come.
     _dead_rows(conn, sql, 300)
     later = pgdrain.Settings(vacuum_dead_tuples=100, vacuum_interval_seconds=3600)
-    assert pgdrain.queue.vacuum_if_due(conn, later) is False
+    assert vacuum_if_due(conn, later) is False
 
 
 def test_a_role_that_may_not_vacuum_is_skipped_without_an_error(conn, sql, database_url):
@@ -167,7 +174,7 @@ def test_a_role_that_may_not_vacuum_is_skipped_without_an_error(conn, sql, datab
             settings = pgdrain.Settings(vacuum_dead_tuples=100, vacuum_interval_seconds=0)
             # Not the owner (nor, on PostgreSQL 17, granted MAINTAIN): not due for this role,
             # rather than a VACUUM that PostgreSQL skips with a warning and a false report.
-            assert pgdrain.queue.vacuum_if_due(as_role, settings) is False
+            assert vacuum_if_due(as_role, settings) is False
         finally:
             as_role.close()
     finally:
@@ -175,13 +182,25 @@ def test_a_role_that_may_not_vacuum_is_skipped_without_an_error(conn, sql, datab
         sql(f"DROP ROLE {role}")
 
 
-def test_a_suspect_is_claimed_alone_and_a_batch_stops_before_one(conn, sql):
+def test_a_job_whose_claim_was_lost_is_claimed_alone(conn, sql):
     ids = [r.id for r in pgdrain.enqueue_many(conn, [{"job_type": "x"}] * 6)]
-    sql("UPDATE jobs SET lost_claims = 1 WHERE id IN (:a, :b)", a=ids[0], b=ids[3])
-    claims = []
-    while batch := pgdrain.claim(conn, batch_size=10, lease_seconds=60):
-        claims.append([j.id for j in batch])
-    assert claims == [[ids[0]], [ids[1], ids[2]], [ids[3]], [ids[4], ids[5]]]
+    sql("UPDATE jobs SET lost_claims = 1 WHERE id IN (:a, :b)", a=ids[3], b=ids[5])
+    assert [j.id for j in pgdrain.claim(conn, batch_size=10, lease_seconds=60)] == [
+        ids[0], ids[1], ids[2], ids[4]]
+    alone = [pgdrain.store.claim_alone(conn, lease_seconds=60) for _ in range(3)]
+    assert [j.id if j else None for j in alone] == [ids[3], ids[5], None]
     started = {r["id"]: r["started"] for r in sql(
         "SELECT id, started_at IS NOT NULL AS started FROM jobs")}
-    assert started == {i: i in (ids[0], ids[3]) for i in ids}
+    assert started == {i: i in (ids[3], ids[5]) for i in ids}
+    # Any finishing write clears it: the next claim of the job starts afresh.
+    assert pgdrain.complete(conn, [alone[0]]).ids == (ids[3],)
+    assert sql("SELECT started_at FROM jobs WHERE id = :id", id=ids[3]) == [{"started_at": None}]
+
+
+def test_the_janitor_says_when_a_job_to_claim_alone_is_due(conn, sql):
+    pgdrain.enqueue(conn, "x")
+    assert pgdrain.run_janitor(conn, SETTINGS).alone_due is False
+    pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    expire_leases(sql)
+    assert pgdrain.run_janitor(conn, SETTINGS).alone_due is True  # it refunded one
+    assert pgdrain.run_janitor(conn, SETTINGS).alone_due is True  # and it is still due

@@ -42,7 +42,7 @@ def test_requeue_skips_a_job_whose_dedupe_key_is_live_again(conn, sql):
     assert statuses == {k_old: "failed", k_new: "failed", j_old: "failed", j_new: "pending",
                         plain: "pending", live: "pending"}
     assert pgdrain.requeue_failed(conn, ids=[k_new]) == []
-    assert pgdrain.queue.live_job_with_key(conn, "k") == live
+    assert pgdrain.store.live_job_with_key(conn, "k") == live
 
 
 def test_requeue_touches_only_failed_jobs(conn):

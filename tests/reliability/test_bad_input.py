@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pgdrain
-from pgdrain.api import JOB_FIELDS
+from pgdrain.http.requests import JOB_FIELDS
 from pgdrain.settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_PAYLOAD_BYTES
 from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures

@@ -209,7 +209,7 @@ def test_a_secret_endpoint_that_never_answers_cannot_hold_the_drain(load_functio
                 return
 
     threading.Thread(target=accept, daemon=True).start()
-    from pgdrain import credentials
+    from pgdrain.aws import credentials
 
     credentials.clear_cache()
     for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",

@@ -9,7 +9,8 @@ import pytest
 
 from pgdrain.db import array_literal
 from pgdrain.errors import InvalidJobId
-from pgdrain.queue import MAX_JOB_ID, job_id
+from pgdrain.models import MAX_JOB_ID
+from pgdrain.store import job_id
 
 
 @pytest.mark.parametrize(("values", "literal"), [
@@ -63,12 +64,12 @@ def test_int_and_float_subclasses_are_written_as_numbers():
 def test_a_payload_too_big_for_memory_fails_its_job_alone(monkeypatch):
     import json
 
-    from pgdrain import queue
+    from pgdrain import store
 
     def out_of_memory(text):
         raise MemoryError
 
     monkeypatch.setattr(json, "loads", out_of_memory)
-    assert queue.decode_json('{"x": 1}') == (
+    assert store.decode_json('{"x": 1}') == (
         None, "the stored JSON (8 characters) does not fit in this process's memory once "
               "decoded")

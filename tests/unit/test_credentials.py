@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pgdrain import credentials
-from pgdrain.credentials import (
+from pgdrain.aws import credentials
+from pgdrain.aws.credentials import (
     connect_from_env,
     connect_params_from_env,
     credential_mode,
@@ -90,22 +90,22 @@ def test_reads_os_environ_by_default(monkeypatch):
 
 
 def test_every_credential_variable_is_documented():
-    documented = {name for name, _, _ in SETTINGS}
+    documented = {s.name for s in SETTINGS}
     assert set(CREDENTIAL_SETTINGS) <= documented
-    source = (LIBRARY / "pgdrain" / "credentials.py").read_text()
+    source = (LIBRARY / "pgdrain" / "aws" / "credentials.py").read_text()
     for name in CREDENTIAL_SETTINGS:
         assert f'"{name}"' in source, name
 
 
 def test_importing_reads_no_aws_sdk():
     """Cold start: boto3 and Powertools Parameters load only in the modes that need them."""
-    code = ("import pgdrain.credentials as c; "
+    code = ("import pgdrain.aws.credentials as c; "
             "c.connect_params_from_env({'DATABASE_URL': 'postgresql://u@h/db'})")
     env = {**os.environ, "PYTHONPATH": str(LIBRARY)}
     result = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env,
                             capture_output=True, text=True, timeout=60, check=True)
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
-    assert "pgdrain.credentials" in imported
+    assert "pgdrain.aws.credentials" in imported
     heavy = [m for m in imported if m.split(".")[0] in ("boto3", "botocore", "s3transfer")
              or m.startswith("aws_lambda_powertools.utilities.parameters")]
     assert heavy == []
@@ -222,7 +222,7 @@ def test_secret_cache_can_be_turned_off(aws):
 
 
 @pytest.mark.parametrize(("raw", "message"), [("soon", "must be an integer, got 'soon'"),
-                                              ("-1", "must not be negative, got -1")])
+                                              ("-1", "must be at least 0, got -1")])
 def test_invalid_max_age(raw, message):
     env = {"DB_SECRET_ARN": "arn", "PGDRAIN_SECRET_MAX_AGE_SECONDS": raw}
     with pytest.raises(ConfigError, match=f"PGDRAIN_SECRET_MAX_AGE_SECONDS {message}"):

@@ -7,7 +7,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from pgdrain.doorbell import Doorbell
+from pgdrain.aws.doorbell import Doorbell
 from pgdrain.errors import ConfigError
 
 
@@ -48,8 +48,8 @@ def test_a_failure_is_reported_not_raised(client):
 
 
 @pytest.mark.parametrize(("raw", "message"), [("soon", "must be a number"),
-                                              ("-1", "must be 0 or more"),
-                                              ("inf", "must be 0 or more")])
+                                              ("-1", "must be at least 0"),
+                                              ("inf", "must be a finite number")])
 def test_window_setting_is_validated(raw, message):
     with pytest.raises(ConfigError, match=message):
         Doorbell.from_env({"DRAIN_FUNCTION_NAME": "drain",
@@ -70,7 +70,7 @@ def test_an_endpoint_that_never_answers_fails_the_ring_after_one_attempt(monkeyp
     import socket
     import threading
 
-    from pgdrain.doorbell import _lambda_client
+    from pgdrain.aws.doorbell import _lambda_client
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

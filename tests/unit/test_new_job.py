@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from pgdrain.enqueue import new_job
 from pgdrain.errors import InvalidJobError
-from pgdrain.queue import new_job
 
 
 def test_defaults():

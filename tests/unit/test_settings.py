@@ -49,9 +49,9 @@ def test_every_variable_is_read():
         backoff=Backoff(base_seconds=0.5, cap_seconds=60, jitter=0),
     )
     # SETTINGS documents exactly what from_env reads (the README table is checked against it).
-    # (The credential variables are read by pgdrain.credentials; see test_credentials.py.)
+    # (The credential variables are read by pgdrain.aws.credentials; see test_credentials.py.)
     read_elsewhere = set(CREDENTIAL_SETTINGS) | set(FUNCTION_SETTINGS)
-    assert {name for name, _, _ in SETTINGS} - read_elsewhere == set(env)
+    assert {s.name for s in SETTINGS} - read_elsewhere == set(env)
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,7 @@ def code_settings() -> set[str]:
     names = set()
     pattern = re.compile(r"""(?:environ|env)(?:\.get)?[\[(]\s*["']([A-Z][A-Z0-9_]+)["']|"""
                          r"""_get\(env,\s*["']([A-Z][A-Z0-9_]+)["']|"""
-                         r"""_(?:integer|number|flag)\(\s*env,\s*["']([A-Z][A-Z0-9_]+)["']""")
+                         r"""\b(?:read|setting)\(\s*["']([A-Z][A-Z0-9_]+)["']""")
     for path in [*(ROOT / "layers" / "pgdrain").rglob("*.py"),
                  *(ROOT / "functions").rglob("*.py")]:
         for match in pattern.finditer(path.read_text()):
@@ -103,6 +103,18 @@ def test_every_setting_the_code_reads_is_in_the_readme_table():
     assert read - powertools - table == set()
     for name in powertools:
         assert f"`{name}`" in README, name
+
+
+def test_only_the_settings_table_reads_the_environment_by_name():
+    # Every reader goes through pgdrain.settings (read(), setting()), so a variable has one
+    # parser, one default and one line of documentation.
+    direct = re.compile(r"""(?:environ(?:\.get)?[\[(]|getenv\()\s*["']([A-Z][A-Z0-9_]+)["']""")
+    settings_module = ROOT / "layers" / "pgdrain" / "pgdrain" / "settings.py"
+    readers = {f"{path.relative_to(ROOT)}: {name}"
+               for path in [*(ROOT / "layers" / "pgdrain").rglob("*.py"),
+                            *(ROOT / "functions").rglob("*.py")] if path != settings_module
+               for name in direct.findall(path.read_text())}
+    assert readers == set()
 
 
 def test_every_variable_the_template_sets_is_a_documented_setting():

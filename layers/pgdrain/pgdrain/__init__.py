@@ -4,10 +4,14 @@ Enqueue from application code, inside your own transaction::
 
     import pgdrain
     pgdrain.enqueue(conn, "send-email", {"to": "sarah@example.com"})
+
+The core (this package) needs pg8000 only. ``pgdrain.http`` holds the enqueue API's contract,
+``pgdrain.aws`` the functions' AWS side (credentials, doorbell, logs and metrics).
 """
 
 from __future__ import annotations
 
+from .enqueue import enqueue, enqueue_atomically, enqueue_many, new_job
 from .errors import (
     ConfigError,
     DatabaseConnectError,
@@ -20,29 +24,48 @@ from .errors import (
     InvalidJobId,
     MigrationError,
     PgdrainError,
+    QueryFailed,
     Snooze,
 )
-from .models import Backlog, EnqueueResult, JanitorResult, Job, QueueStats, Status, Written
-from .policy import Backoff
-from .queue import (
+from .janitor import run_janitor
+from .models import (
+    Backlog,
+    EnqueueResult,
+    Finish,
+    JanitorResult,
+    Job,
+    NewJob,
+    Outcome,
+    QueueStats,
+    Status,
+    Written,
+)
+from .policy import Backoff, TypePolicy
+from .registry import REGISTRY, Handler, Registry, job, load_job_modules
+from .settings import Settings
+from .store import (
     backlog,
     claim,
     complete,
-    enqueue,
-    enqueue_atomically,
-    enqueue_many,
     fail,
+    finish_many,
     get_job,
-    new_job,
-    record_failure,
     release,
     requeue_failed,
     retry,
-    run_janitor,
     stats,
 )
-from .registry import REGISTRY, Handler, Registry, job, load_job_modules
-from .settings import Settings
+
+
+def __getattr__(name: str) -> object:
+    # The drain (and its time limits) loads only when asked for: `import pgdrain` in an
+    # application that only enqueues does not pay for it.
+    if name == "record_failure":
+        from .drain import record_failure
+
+        return record_failure
+    raise AttributeError(f"module 'pgdrain' has no attribute {name!r}")
+
 
 __all__ = [
     "REGISTRY",
@@ -55,6 +78,7 @@ __all__ = [
     "DedupeContention",
     "Discard",
     "EnqueueResult",
+    "Finish",
     "Handler",
     "HandlerTimeout",
     "InvalidJobError",
@@ -62,12 +86,16 @@ __all__ = [
     "JanitorResult",
     "Job",
     "MigrationError",
+    "NewJob",
+    "Outcome",
     "PgdrainError",
+    "QueryFailed",
     "QueueStats",
     "Registry",
     "Settings",
     "Snooze",
     "Status",
+    "TypePolicy",
     "Written",
     "backlog",
     "claim",
@@ -76,6 +104,7 @@ __all__ = [
     "enqueue_atomically",
     "enqueue_many",
     "fail",
+    "finish_many",
     "get_job",
     "job",
     "load_job_modules",

@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .errors import PgdrainError
+from .errors import PgdrainError, QueryFailed
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +37,8 @@ PLUGIN_GROUP = "pgdrain.commands"
 DEV_COMMANDS = {"invoke": "run a function of template.yaml locally, as `sam local invoke` does"}
 
 
-def _add_plugin_commands(commands: argparse._SubParsersAction) -> None:
+def _add_plugin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]
+                         ) -> None:
     from importlib.metadata import entry_points
 
     added = set()
@@ -61,7 +62,7 @@ def _needs_dev_tools(args: argparse.Namespace) -> int:
 
 def _job_id(raw: str) -> int:
     from .errors import InvalidJobId
-    from .queue import job_id
+    from .store import job_id
 
     try:
         return job_id(raw.strip())
@@ -73,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _run(args)
+    except QueryFailed as exc:  # the server's message and SQLSTATE, not its whole record
+        print(f"pgdrain {args.command}: the database refused it: {exc}", file=sys.stderr)
+        return 1
     except PgdrainError as exc:
         print(f"pgdrain {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -93,10 +97,11 @@ def _describe(exc: Exception) -> str:
 def _run(args: argparse.Namespace) -> int:
     handler = getattr(args, "handler", None)
     if handler is not None:
-        return handler(args)
-    from . import queue
+        return int(handler(args))
+    from . import store
     from .db import connect
     from .errors import ConfigError
+    from .janitor import run_janitor
     from .migrate import migrate
     from .settings import Settings
 
@@ -109,17 +114,17 @@ def _run(args: argparse.Namespace) -> int:
             applied = migrate(conn)
             print("applied: " + ", ".join(applied) if applied else "schema is up to date")
         elif args.command == "stats":
-            found = queue.stats(conn)
+            found = store.stats(conn)
             print(json.dumps({"counts": found.counts, "due": found.due,
                               "oldest_due_seconds": round(found.oldest_due_seconds, 3)},
                              indent=2, sort_keys=True))
         elif args.command == "janitor":
-            result = queue.run_janitor(conn, settings)
+            result = run_janitor(conn, settings)
             print(json.dumps({"ran": result.ran, "reclaimed": result.reclaimed,
                               "refunded": result.refunded, "failed": result.failed,
                               "purged": result.purged}))
         elif args.command == "requeue":
-            ids = queue.requeue_failed(conn, ids=args.ids, job_type=args.job_type,
+            ids = store.requeue_failed(conn, ids=args.ids, job_type=args.job_type,
                                        queue=args.queue)
             print(f"requeued {len(ids)} job(s)" + (f": {ids}" if ids else ""))
     finally:

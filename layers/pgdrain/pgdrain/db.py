@@ -25,7 +25,7 @@ import pg8000.native
 from pg8000.converters import TIMESTAMPTZ, timestamptz_in
 from pg8000.core import IDLE
 
-from .errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
+from .errors import ConfigError, DatabaseTimeout, DatabaseUnavailable, PgdrainError, QueryFailed
 from .sql import QUERIES, to_format
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,8 @@ def _timestamptz_in(text: str) -> datetime | str:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        return timestamptz_in(text)
+        parsed: datetime | str = timestamptz_in(text)
+        return parsed
 
 
 def connect(params: ConnectParams | str, *, timeout: float | None = None
@@ -224,19 +225,21 @@ _GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 
 
 def sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a server error raised by pg8000 (native or DB-API), else None.
-
-    Looks through pgdrain's own wrappers to the driver's error.
-    """
+    """The SQLSTATE of a server error (pgdrain's QueryFailed, or raised by pg8000, native or
+    DB-API, or psycopg), else None. Looks through pgdrain's own wrappers to the driver's."""
+    if isinstance(exc, QueryFailed):
+        return exc.sqlstate
     if isinstance(exc, DatabaseUnavailable) and exc.__cause__ is not None:
         exc = exc.__cause__
     fields = exc.args[0] if exc.args else None
-    return fields.get("C") if isinstance(fields, dict) else None
+    if isinstance(fields, dict):
+        return fields.get("C")
+    return getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)  # psycopg 3, 2
 
 
-def _translated(exc: Exception) -> Exception:
-    """pgdrain's error for a driver error on a connection pgdrain runs statements on; the
-    driver's own error where the caller's code handles it (a constraint, a deadlock)."""
+def _translated(exc: Exception) -> PgdrainError:
+    """pgdrain's error for a pg8000 error: DatabaseTimeout, DatabaseUnavailable (the
+    connection is gone or going), or QueryFailed (the server refused the statement)."""
     if isinstance(exc, pg8000.native.InterfaceError | OSError):
         if isinstance(exc, TimeoutError) or isinstance(exc.__cause__, TimeoutError):
             return DatabaseTimeout("the database did not answer within the time left")
@@ -247,7 +250,9 @@ def _translated(exc: Exception) -> Exception:
         return DatabaseTimeout(f"{what} ran out of the time left (SQLSTATE {state})")
     if state in _GONE_SQLSTATES or (state or "").startswith("08"):
         return DatabaseUnavailable(f"the database ended the session (SQLSTATE {state})")
-    return exc
+    fields = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+    # The server's message and code; not its source file, line and routine.
+    return QueryFailed(f"{fields.get('M') or type(exc).__name__} (SQLSTATE {state})", state)
 
 
 class Session:
@@ -281,14 +286,9 @@ class Session:
                 self._bound_socket()
             try:
                 return self._run_native(query, params)
-            except (pg8000.native.InterfaceError, OSError) as exc:
+            except (pg8000.native.InterfaceError, pg8000.native.DatabaseError, OSError) as exc:
                 # pg8000 wraps most socket errors, but not one on the first read of a reply.
                 raise _translated(exc) from exc
-            except pg8000.native.DatabaseError as exc:
-                translated = _translated(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
         cursor = self.conn.cursor()
         try:
             statement, names = to_format(QUERIES[query])
@@ -376,7 +376,9 @@ class Session:
 @functools.cache
 def _converted(query: str) -> tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]:
     """A catalogue statement with $n placeholders, and the function ordering its values."""
-    return pg8000.native.to_statement(QUERIES[query])
+    converted: tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]] = \
+        pg8000.native.to_statement(QUERIES[query])
+    return converted
 
 
 def as_session(conn: Any) -> Session:

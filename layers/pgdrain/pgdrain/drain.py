@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
-from . import queue
+from . import store as pgstore
+from .completer import Completer, Recorded
 from .db import Connector, NoTimeLeft, Session
 from .errors import (
     ConfigError,
@@ -31,20 +32,15 @@ from .errors import (
     DatabaseUnavailable,
     Discard,
     HandlerTimeout,
-    Snooze,
 )
-from .models import Job
+from .janitor import run_janitor, vacuum_if_due
+from .models import Finish, JanitorResult, Job, Outcome, Written
+from .policy import Backoff, Fail, Retry, Wait, after_failure, decide
 from .registry import Handler, Registry
 from .settings import Settings
 from .timeouts import TimeLimits
 
 log = logging.getLogger(__name__)
-
-# Done writes are grouped to spare a round trip per quick job. After each job, the pending
-# ones are written if the oldest of them started this long ago: any job that ran this long is
-# recorded before the next one starts, and a process that dies mid-batch (out of memory, a
-# kill) can send back only the quick jobs of the last window, not the whole batch so far.
-DONE_WRITE_WINDOW_SECONDS = 0.05
 
 # An invocation's first job runs with less than its budget (see _runs_cut_short), but not with
 # less than this: a sliver of time would only spend its attempt on a certain timeout.
@@ -52,6 +48,10 @@ MIN_CUT_SHORT_SECONDS = 1.0
 
 # Of the safety margin, the share database I/O may still use; the rest is for returning.
 IO_SHARE_OF_MARGIN = 0.5
+
+# How an outcome is counted in the summary (and named to the observer).
+_COUNTED = {Outcome.DONE: "done", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
+            Outcome.SNOOZE: "snoozed", Outcome.RELEASE: "released"}
 
 
 @dataclass
@@ -104,12 +104,77 @@ class _NullObserver:
         pass
 
 
+class DrainStore(Protocol):
+    """What the drain needs of the queue's storage: ``PostgresStore`` (a ``Connector``) in
+    production, ``tests/support/fake_store.py`` in the drain's unit tests."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    def open(self, deadline: float) -> None:
+        """Connect (or check the connection), every wait bounded by ``deadline``."""
+
+    def discard(self) -> None:
+        """Drop the connection (it may be mid-transaction or dead)."""
+
+    def janitor(self, settings: Settings, registry: Registry) -> JanitorResult: ...
+
+    def vacuum_if_due(self, settings: Settings) -> bool: ...
+
+    def claim(self, *, batch_size: int, lease_seconds: float,
+              queues: Sequence[str] | None) -> list[Job]: ...
+
+    def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None: ...
+
+    def finish_many(self, finishes: Sequence[Finish]) -> Written: ...
+
+    def session(self) -> Session:
+        """The connection, for a transactional handler's transaction."""
+
+
+class PostgresStore:
+    """The drain's store on PostgreSQL: the catalogue's statements on a ``Connector``."""
+
+    def __init__(self, connector: Connector):
+        self.connector = connector
+
+    @property
+    def connected(self) -> bool:
+        return self.connector.connected
+
+    def open(self, deadline: float) -> None:
+        self.connector.open(deadline)
+
+    def discard(self) -> None:
+        self.connector.discard()
+
+    def session(self) -> Session:
+        return self.connector.session()
+
+    def janitor(self, settings: Settings, registry: Registry) -> JanitorResult:
+        return run_janitor(self.session(), settings, registry)
+
+    def vacuum_if_due(self, settings: Settings) -> bool:
+        return vacuum_if_due(self.session(), settings)
+
+    def claim(self, *, batch_size: int, lease_seconds: float,
+              queues: Sequence[str] | None) -> list[Job]:
+        return pgstore.claim(self.session(), batch_size=batch_size, lease_seconds=lease_seconds,
+                           queues=queues)
+
+    def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
+        return pgstore.claim_alone(self.session(), lease_seconds=lease_seconds, queues=queues)
+
+    def finish_many(self, finishes: Sequence[Finish]) -> Written:
+        return pgstore.finish_many(self.session(), finishes)
+
+
 class _StaleClaim(Exception):
     """A transactional job's done write found its claim lost: roll its writes back."""
 
 
 def drain(
-    connector: Connector,
+    store: Connector | DrainStore,
     registry: Registry,
     settings: Settings,
     *,
@@ -122,12 +187,13 @@ def drain(
     job whose time budget (its handler's timeout, or ``job_timeout_seconds``) does not fit in
     the time left minus the safety margin; jobs it claimed but cannot start are released with
     their attempt refunded, and the drain stops. The exception is the invocation's first job,
-    which runs cut to the time left if at least a second is left: a budget longer than the
-    function can give would otherwise block the queue.
+    which runs cut to the time left if at least a second is left, and a job whose budget is
+    longer than the function can ever give (see ``_runs_cut_short``): otherwise such budgets
+    would block the queue.
 
-    The connector's connection is opened (or checked) here, bounded by the time left: a
-    database failure returns the summary with ``stopped: "database_error"`` rather than
-    raising.
+    ``store`` is a ``Connector`` (PostgreSQL) or any ``DrainStore``. Its connection is opened
+    (or checked) here, bounded by the time left: a database failure returns the summary with
+    ``stopped: "database_error"`` rather than raising.
     """
     start_left = time_left()
     if start_left >= settings.lease_seconds:
@@ -135,8 +201,9 @@ def drain(
             f"PGDRAIN_LEASE_SECONDS ({settings.lease_seconds}) must be longer than the "
             f"function timeout ({start_left:.0f} s left at start): otherwise a live "
             "invocation could lose its jobs to the janitor")
-    run = _Drain(connector, registry, settings, time_left, observer or _NullObserver(),
-                 start_left)
+    if isinstance(store, Connector):
+        store = PostgresStore(store)
+    run = _Drain(store, registry, settings, time_left, observer or _NullObserver(), start_left)
     with TimeLimits(on_stuck=run.handler_stuck) as limits:
         run.limits = limits
         return run.run()
@@ -151,17 +218,17 @@ def shortest_runnable_seconds(registry: Registry, settings: Settings) -> float:
 class _Drain:
     limits: TimeLimits
 
-    def __init__(self, connector: Connector, registry: Registry, settings: Settings,
+    def __init__(self, store: DrainStore, registry: Registry, settings: Settings,
                  time_left: Callable[[], float], observer: DrainObserver, start_left: float):
-        self.connector = connector
+        self.store = store
         self.registry = registry
         self.settings = settings
         self.time_left = time_left
         self.observer = observer
         self.summary = DrainSummary()
-        self.done_buffer: list[tuple[Job, float]] = []
-        self.done_buffer_since = 0.0
+        self.completer = Completer(store.finish_many, self._recorded)
         self.started = 0
+        self.alone_due = False
         self.running: Job | None = None
         budgets = [h.timeout for h in registry if h.timeout is not None]
         self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
@@ -171,13 +238,9 @@ class _Drain:
         self.cut_short_types: set[str] = set()
         self.io_deadline = time.monotonic() + start_left - self.margin * (1 - IO_SHARE_OF_MARGIN)
 
-    @property
-    def session(self) -> Session:
-        return self.connector.session()
-
     def run(self) -> DrainSummary:
         try:
-            self.connector.open(self.io_deadline)
+            self.store.open(self.io_deadline)
             self._janitor()
             self._drain()
         except DatabaseUnavailable as exc:
@@ -185,12 +248,13 @@ class _Drain:
         return self.summary
 
     def _janitor(self) -> None:
-        janitor = queue.run_janitor(self.session, self.settings)
+        janitor = self.store.janitor(self.settings, self.registry)
         self.summary.reclaimed = janitor.reclaimed + janitor.failed
         self.summary.reclaimed_failed = janitor.failed
         self.summary.reclaimed_refunded = janitor.refunded
         self.summary.purged = janitor.purged
-        self.summary.vacuumed = int(queue.vacuum_if_due(self.session, self.settings))
+        self.alone_due = janitor.alone_due
+        self.summary.vacuumed = int(self.store.vacuum_if_due(self.settings))
 
     def _drain(self) -> None:
         while True:
@@ -198,13 +262,10 @@ class _Drain:
             if room <= 0:
                 self.summary.stopped = "max_jobs"
                 return
-            left = self.time_left() - self.margin
-            if left < self._least_to_start():
+            if self.time_left() - self.margin < self._least_to_start():
                 self.summary.stopped = "deadline"
                 return
-            jobs = queue.claim(self.session, batch_size=min(self.settings.batch_size, room),
-                               lease_seconds=self.settings.lease_seconds,
-                               queues=self.settings.queues or None)
+            jobs = self._claim(room)
             if not jobs:
                 return
             self.summary.claimed += len(jobs)
@@ -212,9 +273,22 @@ class _Drain:
                 self.summary.stopped = "deadline"
                 return
 
+    def _claim(self, room: int) -> list[Job]:
+        """The next claim: a job whose claim was lost before, alone, while there are any
+        (the janitor said so); then batches."""
+        queues = self.settings.queues or None
+        if self.alone_due:
+            job = self.store.claim_alone(lease_seconds=self.settings.lease_seconds,
+                                         queues=queues)
+            if job is not None:
+                return [job]
+            self.alone_due = False
+        return self.store.claim(batch_size=min(self.settings.batch_size, room),
+                                lease_seconds=self.settings.lease_seconds, queues=queues)
+
     def _stopped_by_database(self, exc: DatabaseUnavailable) -> None:
         """End the drain on a database failure, with a summary that says so."""
-        self.connector.discard()
+        self.store.discard()
         if isinstance(exc, NoTimeLeft):  # our own clock ran out before the next statement
             self.summary.stopped = "deadline"
             log.warning("drain stopped at its deadline with outcomes unwritten; those jobs "
@@ -243,40 +317,44 @@ class _Drain:
         index = 0
         try:
             for index, job in enumerate(jobs):
-                if job.payload_error is not None:
-                    self._fail_before_start(
-                        job, ValueError(f"undecodable payload: {job.payload_error}"))
-                    continue
-                handler = self.registry.get(job.job_type)
-                if handler is None:
-                    self._fail_before_start(job, LookupError(
-                        f"no handler registered for job_type '{job.job_type}'"))
-                    continue
-                budget = handler.timeout or self.settings.job_timeout_seconds
-                left = self.time_left() - self.margin
-                if left < budget and not self._runs_cut_short(job, budget, left):
-                    self._flush_done()
-                    self._release(jobs[index:])
+                if not self._start(job, jobs[index:]):
                     return False
-                self.started += 1
-                self._run_job(job, handler, min(budget, left))
-                if (self.done_buffer and time.monotonic() - self.done_buffer_since
-                        >= DONE_WRITE_WINDOW_SECONDS):
-                    self._flush_done()
-            self._flush_done()
+                self.completer.flush_if_due()
+            self.completer.flush()
             return True
         except BaseException:
             # Record what finished and hand back what never started, if the connection is
             # still there (no reconnecting on the way out: the deadline may be near). The error
             # that stopped the batch is the one to report; the job it stopped in, and anything
-            # not written, comes back when its lease expires.
-            if self.connector.connected:
+            # not written, comes back uncharged when its lease expires.
+            if self.store.connected:
                 with suppress(Exception):
-                    self._flush_done()
-                    self._release(jobs[index + 1:])
+                    self._add_released(jobs[index + 1:])
+                    self.completer.flush()
             raise
         finally:
             self.observer.batch_finished()
+
+    def _start(self, job: Job, rest: list[Job]) -> bool:
+        """Run ``job`` (or fail it at once if it cannot run); False, releasing ``rest`` (the
+        job and those after it), when there is no time for it."""
+        if job.payload_error is not None:
+            self._fail_at_once(job, ValueError(f"undecodable payload: {job.payload_error}"))
+            return True
+        handler = self.registry.get(job.job_type)
+        if handler is None:
+            self._fail_at_once(job, LookupError(
+                f"no handler registered for job_type '{job.job_type}'"))
+            return True
+        budget = handler.timeout or self.settings.job_timeout_seconds
+        left = self.time_left() - self.margin
+        if left < budget and not self._runs_cut_short(job, budget, left):
+            self._add_released(rest)
+            self.completer.flush()
+            return False
+        self.started += 1
+        self._run_job(job, handler, min(budget, left))
+        return True
 
     def _least_to_start(self) -> float:
         """The least time left (after the margin) in which some job may still start."""
@@ -319,7 +397,7 @@ class _Drain:
             try:
                 job = _with_parsed_payload(job, handler)
             except Discard as exc:
-                self._record_error(job, exc, 0.0)
+                self._ended(job, handler, exc, started)
                 return
         self.running = job
         try:
@@ -332,109 +410,108 @@ class _Drain:
 
     def _run_plain(self, job: Job, handler: Handler, timeout: float, started: float) -> None:
         try:
-            try:
-                with self.limits.limit(timeout) as limit:
-                    handler.func(job)
-            finally:
-                self.limits.disarm()
-            if limit.fired:  # it caught HandlerTimeout and returned: it still overran
-                raise HandlerTimeout(f"timed out after {timeout:g} s")
+            self._call(handler, timeout, job)
         except BaseException as exc:
             if not isinstance(exc, Exception | HandlerTimeout):
                 raise  # KeyboardInterrupt, SystemExit: not the job's failure
-            self._record_error(job, exc, time.monotonic() - started)
+            self._ended(job, handler, exc, started)
         else:
-            if not self.done_buffer:
-                self.done_buffer_since = started
-            self.done_buffer.append((job, time.monotonic() - started))
+            self.completer.add(Finish.done(job), job, started=started,
+                               duration=time.monotonic() - started)
+
+    def _call(self, handler: Handler, timeout: float, *args: Any) -> None:
+        """The handler, under its time limit; HandlerTimeout too if it swallowed one."""
+        try:
+            with self.limits.limit(timeout) as limit:
+                handler.func(*args)
+        finally:
+            self.limits.disarm()
+        if limit.fired:  # it caught HandlerTimeout and returned: it still overran
+            raise HandlerTimeout(f"timed out after {timeout:g} s")
 
     def _run_transactional(self, job: Job, handler: Handler, timeout: float,
                            started: float) -> None:
         # The handler's writes and the job's done commit together, or not at all. Written by
         # hand rather than with Session.transaction(): after a timeout the connection may be
         # mid-message, and must be dropped (the server then rolls back) instead of reused.
-        session = self.session
+        self.completer.flush()  # what is waiting goes first: this transaction writes its own
+        session = self.store.session()
         session.rows("transaction_begin")
         try:
             # A second past the handler's own limit, so that the limit normally speaks first.
             session.rows("transaction_statement_timeout",
                          milliseconds=math.ceil((timeout + 1) * 1000))
-            try:
-                with self.limits.limit(timeout) as limit:
-                    handler.func(job, session.conn)
-            finally:
-                self.limits.disarm()
-            if limit.fired:  # it caught HandlerTimeout and returned: it still overran
-                raise HandlerTimeout(f"timed out after {timeout:g} s")
-            if queue.complete(session, [job]).stale:
+            self._call(handler, timeout, job, session.conn)
+            if pgstore.complete(session, [job]).stale:
                 raise _StaleClaim
             # A deferred constraint or a serialization failure surfaces here: the job's error.
             session.rows("transaction_commit")
         except HandlerTimeout as exc:
-            self.connector.discard()
-            self._record_error(job, exc, time.monotonic() - started)
+            self.store.discard()
+            self._ended(job, handler, exc, started)
             return
         except BaseException as exc:
             try:
                 session.rows("transaction_rollback")
             except Exception:
-                self.connector.discard()
+                self.store.discard()
             if isinstance(exc, _StaleClaim):
-                self.summary.stale += 1
-                self.observer.job_finished(job, "stale", time.monotonic() - started, None)
+                self._count(job, "stale", time.monotonic() - started, None)
             elif isinstance(exc, Exception):
-                self._record_error(job, exc, time.monotonic() - started)
+                self._ended(job, handler, exc, started)
             else:
                 raise
             return
-        self.summary.done += 1
-        self.observer.job_finished(job, "done", time.monotonic() - started, None)
+        self._count(job, "done", time.monotonic() - started, None)
 
-    def _record_error(self, job: Job, exc: BaseException, duration: float) -> None:
-        session = self.session
-        if isinstance(exc, Snooze):
-            written = queue.snooze(session, job, exc.delay_seconds)
-            outcome = "snoozed"
+    def _ended(self, job: Job, handler: Handler, error: BaseException, started: float) -> None:
+        """A failed attempt: what ``policy.decide`` makes of it, written with the others."""
+        decision = decide(error, job.attempts, job.max_attempts, policy=handler.policy,
+                          default=self.settings.backoff)
+        if isinstance(decision, Wait):
+            finish = Finish.snooze(job, decision.delay_seconds)
         else:
-            message = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, HandlerTimeout):
-                message = f"HandlerTimeout: {job.job_type} {exc}"
-            status, written = queue.record_failure(
-                session, job, message, self.settings.backoff,
-                retryable=not isinstance(exc, Discard))
-            outcome = "retried" if status == "pending" else "failed"
-        self._count(job, outcome if written else "stale", duration, exc)
+            message = f"{type(error).__name__}: {error}"
+            if isinstance(error, HandlerTimeout):
+                message = f"HandlerTimeout: {job.job_type} {error}"
+            finish = (Finish.fail(job, message) if isinstance(decision, Fail) else
+                      Finish.retry(job, message, decision.delay_seconds))
+            assert isinstance(decision, Fail | Retry)
+        self.completer.add(finish, job, started=started, duration=time.monotonic() - started,
+                           error=error)
 
-    def _fail_before_start(self, job: Job, error: Exception) -> None:
+    def _fail_at_once(self, job: Job, error: Exception) -> None:
         """Dead-letter a job that cannot run at all (no handler, a payload Python cannot
         hold): retrying would not change that. Nothing of it ran."""
-        outcome = "failed" if queue.fail(self.session, job, str(error)) else "stale"
-        self._count(job, outcome, 0.0, error)
+        self.completer.add(Finish.fail(job, str(error)), job, started=time.monotonic(),
+                           duration=0.0, error=error)
+
+    def _add_released(self, jobs: list[Job]) -> None:
+        now = time.monotonic()
+        for job in jobs:
+            self.completer.add(Finish.release(job), job, started=now, duration=0.0)
+
+    def _recorded(self, outcome: Recorded) -> None:
+        """The completer wrote an outcome: count it and tell the observer."""
+        self._count(outcome.job, "stale" if outcome.stale else _COUNTED[outcome.outcome],
+                    outcome.duration, outcome.error)
 
     def _count(self, job: Job, outcome: str, duration: float,
                error: BaseException | None) -> None:
         setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
         self.observer.job_finished(job, outcome, duration, error)
 
-    def _flush_done(self) -> None:
-        if not self.done_buffer:
-            return
-        buffered, self.done_buffer = self.done_buffer, []
-        written = queue.complete(self.session, [job for job, _ in buffered])
-        stale = set(written.stale)
-        self.summary.done += len(buffered) - len(stale)
-        self.summary.stale += len(stale)
-        job_finished = self.observer.job_finished
-        for job, duration in buffered:
-            job_finished(job, "stale" if job.id in stale else "done", duration, None)
 
-    def _release(self, jobs: list[Job]) -> None:
-        written = queue.release(self.session, jobs)
-        self.summary.released += len(written.ids)
-        self.summary.stale += len(written.stale)
-        for job in jobs:
-            self.observer.job_finished(job, "released" if job.id in written.ids else "stale",
-                                       0.0, None)
+def record_failure(conn: Any, job: Job, error: str, backoff: Backoff, *,
+                   retryable: bool = True) -> tuple[str, bool]:
+    """Retry or dead-letter a job whose attempt failed, as ``policy.after_failure`` decides.
+
+    Returns the resulting status (``pending`` or ``failed``) and whether the write took effect.
+    """
+    decision = after_failure(job.attempts, job.max_attempts, backoff, retryable=retryable)
+    if isinstance(decision, Fail):
+        return "failed", pgstore.fail(conn, job, error)
+    return "pending", pgstore.retry(conn, job, error, decision.delay_seconds)
 
 
 def _with_parsed_payload(job: Job, handler: Handler) -> Job:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .models import MAX_DELAY_SECONDS  # models imports nothing of pgdrain: no cycle
+
 
 class PgdrainError(Exception):
     """Root of pgdrain's errors."""
@@ -49,6 +51,16 @@ class DatabaseConnectError(DatabaseUnavailable):
     """pgdrain could not connect; the message says where and why, never the password."""
 
 
+class QueryFailed(PgdrainError):
+    """The database refused a statement pgdrain ran on a connection it owns (a constraint, a
+    deadlock, a permission): ``sqlstate`` says which, the driver's error is the cause. On a
+    connection the caller passed in, the caller's driver's own errors come through instead."""
+
+    def __init__(self, message: str, sqlstate: str | None = None):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
 class DatabaseTimeout(DatabaseUnavailable):
     """A statement, a lock wait or a socket read ran out of the time the caller had left.
 
@@ -56,10 +68,6 @@ class DatabaseTimeout(DatabaseUnavailable):
     socket that stayed silent until the deadline (a partition, an overloaded server), and
     before a statement when no time is left to run it.
     """
-
-
-# The longest a job can be put off, by enqueue's delay_seconds or by Snooze: ten years.
-MAX_DELAY_SECONDS = 10 * 365 * 86400
 
 
 class Snooze(Exception):

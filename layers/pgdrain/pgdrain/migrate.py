@@ -10,8 +10,8 @@ from typing import Any
 
 from .db import as_session
 from .errors import MigrationError
-from .queue import MIGRATION_LOCK_KEY
 from .sql import migrations
+from .store import MIGRATION_LOCK_KEY
 
 
 def migrate(conn: Any) -> list[str]:
@@ -23,7 +23,7 @@ def migrate(conn: Any) -> list[str]:
     applied_now: list[str] = []
     with session.transaction():
         session.rows("migration_lock", lock_key=MIGRATION_LOCK_KEY)
-        if not session.one("migration_table_exists")["present"]:
+        if not session.rows("migration_table_exists")[0]["present"]:
             session.rows("migration_create_table")
         done = {r["version"] for r in session.rows("migration_applied")}
         for version, name, sql in migrations():

@@ -1,4 +1,5 @@
-"""The values pgdrain passes around: job states, claimed jobs and operation results."""
+"""The values pgdrain passes around: job states, the one list of a job's fields, claimed jobs,
+finishing outcomes and operation results. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -19,6 +20,81 @@ class Status(enum.StrEnum):
     """Finished; the janitor purges it after the retention period."""
     FAILED = "failed"
     """Dead-lettered with its last error, out of attempts or discarded; requeue to run again."""
+
+
+# --- a job's fields: every reader (validation, the HTTP API, its OpenAPI document) uses these --
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_TEXT = 200
+"""Longest job_type and queue (the table's CHECK constraints say the same)."""
+MAX_DEDUPE_KEY = 500
+MAX_ERROR_CHARS = 4000
+SMALLINT = (-32768, 32767)
+MAX_INT = 2**31 - 1
+MAX_JOB_ID = 2**63 - 1
+MAX_DELAY_SECONDS = 10 * 365 * 86400
+"""The longest a job can be put off, by enqueue's delay_seconds or by Snooze: ten years."""
+NO_NUL = "^[^\\u0000]*$"
+"""A JSON schema pattern: text without NUL (PostgreSQL's text cannot hold one)."""
+DATE_TIME = {"type": "string", "format": "date-time"}
+
+
+@dataclass(frozen=True, slots=True)
+class JobField:
+    """One field of a job as callers give it: its name, JSON schema and meaning."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str
+    required: bool = False
+
+
+JOB_FIELDS: tuple[JobField, ...] = (
+    JobField("job_type", {"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
+                          "pattern": NO_NUL},
+             "A registered job type.", required=True),
+    JobField("payload", {"type": "object"}, "The job's input, a JSON object. Default {}."),
+    JobField("run_at", {"anyOf": [DATE_TIME, {"type": "null"}]},
+             "When the job becomes due: an ISO 8601 date-time with a timezone "
+             "(e.g. 2030-01-31T09:00:00Z). Default: now. Not together with delay_seconds."),
+    JobField("delay_seconds", {"anyOf": [{"type": "number", "minimum": 0,
+                                          "maximum": MAX_DELAY_SECONDS}, {"type": "null"}]},
+             "Seconds from now (by the database's clock) until the job is due. "
+             "Not together with run_at."),
+    JobField("priority", {"type": "integer", "minimum": SMALLINT[0], "maximum": SMALLINT[1],
+                          "default": 0},
+             "Lower runs first."),
+    JobField("queue", {"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
+                       "pattern": NO_NUL, "default": DEFAULT_QUEUE},
+             "A drain may be limited to some queues. Not blank."),
+    JobField("max_attempts", {"type": "integer", "minimum": 1, "maximum": MAX_INT,
+                              "default": DEFAULT_MAX_ATTEMPTS},
+             "Attempts before the job lands in failed."),
+    JobField("dedupe_key", {"anyOf": [{"type": "string", "minLength": 1,
+                                       "maxLength": MAX_DEDUPE_KEY, "pattern": NO_NUL},
+                                      {"type": "null"}]},
+             "At most one live (pending or running) job holds a key: a duplicate answers the "
+             "live job's id instead of inserting. Not blank."),
+)
+JOB_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in JOB_FIELDS)
+JOB_OPTION_NAMES: tuple[str, ...] = tuple(n for n in JOB_FIELD_NAMES
+                                          if n not in ("job_type", "payload"))
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated job to insert (``JOB_FIELDS``, the payload as JSON text). Build it with
+    ``pgdrain.new_job()``, which checks every field."""
+
+    job_type: str
+    payload_json: str
+    queue: str
+    priority: int
+    max_attempts: int
+    run_at: datetime | None
+    delay_seconds: float
+    dedupe_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +125,75 @@ class Job:
     def idempotency_key(self) -> str:
         """A key that is the same on every attempt of this job: pass it to outside providers."""
         return f"pgdrain-job-{self.id}"
+
+
+# --- finishing a claim: outcomes as values, written by one guarded statement -------------------
+
+
+class Outcome(enum.StrEnum):
+    """How a claim ends; ``job_finish_batch`` applies each, guarded by the claim."""
+
+    DONE = "done"
+    """Succeeded: done."""
+    RETRY = "retry"
+    """The attempt failed: pending again after ``delay_seconds``, the error kept."""
+    FAIL = "fail"
+    """Dead-lettered: failed, the error kept."""
+    SNOOZE = "snooze"
+    """The handler asked to wait: pending after ``delay_seconds``, the attempt given back."""
+    RELEASE = "release"
+    """Never started (the deadline came first): pending again at once, the attempt given back."""
+    REFUND = "refund"
+    """The janitor's, for a lost claim with no recorded start: as RELEASE, and ``lost_claims``
+    counts it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """One claim's ending: the claim (job id and lease token), the outcome and its details."""
+
+    id: int
+    lease_token: str
+    outcome: Outcome
+    delay_seconds: float = 0.0
+    error: str | None = None
+
+    @classmethod
+    def done(cls, job: Job) -> Finish:
+        return cls(job.id, job.lease_token, Outcome.DONE)
+
+    @classmethod
+    def retry(cls, job: Job, error: str, delay_seconds: float) -> Finish:
+        return cls(job.id, job.lease_token, Outcome.RETRY, delay_seconds, error)
+
+    @classmethod
+    def fail(cls, job: Job, error: str) -> Finish:
+        return cls(job.id, job.lease_token, Outcome.FAIL, 0.0, error)
+
+    @classmethod
+    def snooze(cls, job: Job, delay_seconds: float) -> Finish:
+        return cls(job.id, job.lease_token, Outcome.SNOOZE, delay_seconds)
+
+    @classmethod
+    def release(cls, job: Job) -> Finish:
+        return cls(job.id, job.lease_token, Outcome.RELEASE)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredLease:
+    """A running job whose lease ran out, as the janitor reads it (enough to finish it)."""
+
+    id: int
+    job_type: str
+    lease_token: str
+    attempts: int
+    max_attempts: int
+    lost_claims: int
+    started: bool
+    """Whether the claim recorded the job's start (see policy.after_lost_lease)."""
+
+
+# --- results ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +229,9 @@ class JanitorResult:
     """Old done rows deleted."""
     refunded: int = 0
     """Of ``reclaimed``: jobs whose start was never recorded, given their attempt back."""
+    alone_due: bool = False
+    """Whether a job to claim alone (its claim lost before) is due: the drain claims those
+    first."""
 
 
 @dataclass(frozen=True, slots=True)

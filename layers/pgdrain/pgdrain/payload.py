@@ -437,13 +437,7 @@ def _type_name(tp: Any) -> str:
 
 
 def _compile_type(tp: Any, stack: list[type]) -> _Node:
-    while True:
-        if typing.get_origin(tp) is typing.Annotated:
-            tp = typing.get_args(tp)[0]
-        elif isinstance(tp, typing.NewType):
-            tp = tp.__supertype__
-        else:
-            break
+    tp = _unwrapped(tp)
     if tp is Any:
         return _AnyJson()
     try:
@@ -454,16 +448,9 @@ def _compile_type(tp: Any, stack: list[type]) -> _Node:
         return scalar()
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Union or origin is types.UnionType:
-        others = [a for a in args if a is not type(None)]
-        if len(others) != 1 or len(others) == len(args):
-            raise _Unsupported(f"unsupported type {_type_name(tp)} (the only union allowed is "
-                               "X | None)")
-        return _Optional(_compile_type(others[0], stack))
+        return _compile_optional(tp, args, stack)
     if origin is typing.Literal:
-        if not args or any(isinstance(a, bool) or not isinstance(a, str | int) for a in args):
-            raise _Unsupported(f"unsupported type {_type_name(tp)} (Literal values must be "
-                               "strings or integers)")
-        return _Literal(args)
+        return _compile_literal(tp, args)
     if tp is list or origin is list:
         return _List(_compile_type(args[0], stack) if args else _AnyJson())
     if tp is dict or origin is dict:
@@ -471,16 +458,46 @@ def _compile_type(tp: Any, stack: list[type]) -> _Node:
             raise _Unsupported(f"unsupported type {_type_name(tp)} (dict keys must be str)")
         return _Dict(_compile_type(args[1], stack) if args else _AnyJson())
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        values = [m.value for m in tp]
-        if not values:
-            raise _Unsupported(f"enum {_type_name(tp)} has no members")
-        if any(isinstance(v, bool) or not isinstance(v, str | int) for v in values):
-            raise _Unsupported(f"unsupported type {_type_name(tp)} (enum values must be strings "
-                               "or integers)")
-        return _Enum(tp)
+        return _compile_enum(tp)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _compile_dataclass(tp, stack)
     raise _Unsupported(f"unsupported type {_type_name(tp)}")
+
+
+def _unwrapped(tp: Any) -> Any:
+    """``tp`` without ``Annotated[...]`` and ``NewType`` wrappers."""
+    while True:
+        if typing.get_origin(tp) is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif isinstance(tp, typing.NewType):
+            tp = tp.__supertype__
+        else:
+            return tp
+
+
+def _compile_optional(tp: Any, args: tuple[Any, ...], stack: list[type]) -> _Node:
+    others = [a for a in args if a is not type(None)]
+    if len(others) != 1 or len(others) == len(args):
+        raise _Unsupported(f"unsupported type {_type_name(tp)} (the only union allowed is "
+                           "X | None)")
+    return _Optional(_compile_type(others[0], stack))
+
+
+def _compile_literal(tp: Any, args: tuple[Any, ...]) -> _Node:
+    if not args or any(isinstance(a, bool) or not isinstance(a, str | int) for a in args):
+        raise _Unsupported(f"unsupported type {_type_name(tp)} (Literal values must be "
+                           "strings or integers)")
+    return _Literal(args)
+
+
+def _compile_enum(tp: type[enum.Enum]) -> _Node:
+    values = [m.value for m in tp]
+    if not values:
+        raise _Unsupported(f"enum {_type_name(tp)} has no members")
+    if any(isinstance(v, bool) or not isinstance(v, str | int) for v in values):
+        raise _Unsupported(f"unsupported type {_type_name(tp)} (enum values must be strings "
+                           "or integers)")
+    return _Enum(tp)
 
 
 def _compile_dataclass(cls: type, stack: list[type]) -> _Dataclass:

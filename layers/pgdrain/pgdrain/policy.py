@@ -1,14 +1,20 @@
 """Retry decisions as pure functions: no I/O, no clock, randomness passed in.
 
-The database applies the delay to its own ``now()``; these functions only say how long and
-whether to retry at all.
+``decide`` turns how a handler's attempt ended (the exception it raised) into what happens to
+the job: retry after a delay, wait (a snooze, the attempt given back), or fail. A job type may
+bring its own rules (``TypePolicy``: ``@pgdrain.job(backoff=..., retry_on=...)``). The database
+applies a delay to its own ``now()``; these functions only say how long and whether at all.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from .errors import Discard, HandlerTimeout, Snooze
+from .models import MAX_DELAY_SECONDS
 
 DEFAULT_BASE_SECONDS = 2.0
 DEFAULT_CAP_SECONDS = 3600.0
@@ -43,6 +49,49 @@ class Backoff:
         return min(self.cap_seconds, max(0.0, raw * spread))
 
 
+BackoffFunction = Callable[[int, BaseException | None], float]
+"""A job type's own backoff: ``(failed attempt number, its error or None) -> seconds``. The
+error is None when the attempt's lease expired (the drain died). Oban's "contextual backoff":
+a 429 may wait longer than a timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class TypePolicy:
+    """A job type's retry rules, beside its handler.
+
+    ``backoff``: a ``Backoff`` or a ``BackoffFunction``; None uses the drain's
+    (``PGDRAIN_BACKOFF_*``). ``retry_on``: the exception types worth a retry; any other fails
+    the job at once (a time limit is always retried). None retries every exception.
+    """
+
+    backoff: Backoff | BackoffFunction | None = None
+    retry_on: tuple[type[BaseException], ...] | None = None
+
+    def delay(self, attempt: int, error: BaseException | None, default: Backoff,
+              rand: Callable[[], float] = random.random) -> float:
+        """Seconds before the retry of failed attempt ``attempt``."""
+        if self.backoff is None:
+            return default.delay(attempt, rand)
+        if isinstance(self.backoff, Backoff):
+            return self.backoff.delay(attempt, rand)
+        try:
+            seconds = float(self.backoff(attempt, error))
+        except Exception:  # the type's own function failed: the drain's backoff will do
+            return default.delay(attempt, rand)
+        if not math.isfinite(seconds):
+            return default.delay(attempt, rand)
+        return min(max(seconds, 0.0), MAX_DELAY_SECONDS)
+
+    def retries(self, error: BaseException) -> bool:
+        """Whether ``error`` is worth another attempt under ``retry_on``."""
+        if self.retry_on is None or isinstance(error, HandlerTimeout):
+            return True
+        return isinstance(error, self.retry_on)
+
+
+DEFAULT_POLICY = TypePolicy()
+
+
 @dataclass(frozen=True, slots=True)
 class Retry:
     """Run the job again after ``delay_seconds``."""
@@ -52,7 +101,14 @@ class Retry:
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """Dead-letter the job: it is out of attempts, or asked not to be retried."""
+    """Dead-letter the job: it is out of attempts, or its failure is not worth a retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """The handler snoozed: run again after ``delay_seconds``, the attempt given back."""
+
+    delay_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +138,35 @@ def after_failure(
     return Retry(backoff.delay(attempts, rand))
 
 
+def decide(
+    error: BaseException,
+    attempts: int,
+    max_attempts: int,
+    *,
+    policy: TypePolicy = DEFAULT_POLICY,
+    default: Backoff,
+    rand: Callable[[], float] = random.random,
+) -> Retry | Fail | Wait:
+    """What happens to a job whose attempt number ``attempts`` ended with ``error``.
+
+    ``Snooze`` waits (the attempt is not spent); ``Discard``, an error ``retry_on`` does not
+    name, and the last of ``max_attempts`` fail; anything else is retried after the type's
+    backoff (or ``default``).
+    """
+    if isinstance(error, Snooze):
+        return Wait(error.delay_seconds)
+    if isinstance(error, Discard) or not policy.retries(error) or attempts >= max_attempts:
+        return Fail()
+    return Retry(policy.delay(attempts, error, default, rand))
+
+
 def after_lost_lease(
     attempts: int,
     max_attempts: int,
     backoff: Backoff,
     *,
     started: bool,
+    policy: TypePolicy = DEFAULT_POLICY,
     rand: Callable[[], float] = random.random,
 ) -> Retry | Fail | Refund:
     """Decide what happens to a job whose lease expired: its drain died holding it.
@@ -103,4 +182,6 @@ def after_lost_lease(
     """
     if not started:
         return Refund()
-    return after_failure(attempts, max_attempts, backoff, rand=rand)
+    if attempts >= max_attempts:
+        return Fail()
+    return Retry(policy.delay(attempts, None, backoff, rand))

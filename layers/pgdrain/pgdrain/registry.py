@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .policy import DEFAULT_POLICY, Backoff, BackoffFunction, TypePolicy
 
 DEFAULT_JOB_MODULES = "pgdrain_jobs.examples,pgdrain_jobs.webhook"
 
@@ -33,6 +34,8 @@ class Handler:
     """Call ``func(job, conn)`` inside a transaction that also marks the job done."""
     payload_model: Any = None
     """A type the payload is validated and parsed into (see pgdrain.payload)."""
+    policy: TypePolicy = DEFAULT_POLICY
+    """The type's own backoff and ``retry_on`` (see policy.decide)."""
 
 
 class Registry:
@@ -75,6 +78,8 @@ def job(
     timeout: float | None = None,
     transactional: bool = False,
     payload: Any = None,
+    backoff: Backoff | BackoffFunction | None = None,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the handler of ``job_type``.
@@ -88,6 +93,11 @@ def job(
 
     ``payload`` names a dataclass the payload must match (``pgdrain.payload``): enqueueing
     checks it, and the handler receives the parsed instance as ``job.payload``.
+
+    ``backoff`` replaces the drain's backoff for this type: a ``pgdrain.Backoff``, or a
+    function ``(attempt, error) -> seconds`` (``error`` is None when the lease expired).
+    ``retry_on`` names the exception types worth a retry (a class or a tuple); any other error
+    fails the job at once. A time limit that ran out is always retried.
     """
     if not isinstance(job_type, str) or not job_type.strip():
         raise ConfigError("job_type must be a non-empty string")
@@ -102,14 +112,31 @@ def job(
         from .payload import check_model  # only job types that declare a model pay for it
 
         check_model(payload)
+    policy = _policy(job_type, backoff, retry_on)
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         # Not `registry or REGISTRY`: an empty Registry is falsy (it has a length).
         target = REGISTRY if registry is None else registry
-        target.register(Handler(job_type, func, max_attempts, timeout, transactional, payload))
+        target.register(Handler(job_type, func, max_attempts, timeout, transactional, payload,
+                                policy))
         return func
 
     return register
+
+
+def _policy(job_type: str, backoff: Any, retry_on: Any) -> TypePolicy:
+    if backoff is not None and not (isinstance(backoff, Backoff) or callable(backoff)):
+        raise ConfigError(f"{job_type}: backoff must be a pgdrain.Backoff or a function "
+                          "(attempt, error) -> seconds")
+    if isinstance(retry_on, type):
+        retry_on = (retry_on,)
+    if retry_on is not None and not (
+            isinstance(retry_on, tuple) and retry_on
+            and all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_on)):
+        raise ConfigError(f"{job_type}: retry_on must be an exception class or a tuple of them")
+    if backoff is None and retry_on is None:
+        return DEFAULT_POLICY
+    return TypePolicy(backoff=backoff, retry_on=retry_on)
 
 
 def load_job_modules(spec: str | None) -> list[str]:

@@ -1,13 +1,17 @@
-"""Settings from environment variables, validated once, with named defaults.
+"""Every environment variable pgdrain reads, in one table: name, parser, default, meaning.
 
-Every variable pgdrain reads is listed in ``SETTINGS``; the README's settings table is checked
-against it.
+Every reader goes through ``read(name)`` (the drain's ``Settings``, the API's limits, the
+doorbell, the credentials, the webhook job), so a variable is parsed, defaulted and refused in
+one way. The README's settings table is this table (``python -m pgdrain.settings`` prints it;
+a test compares the two).
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,101 +36,213 @@ DEFAULT_SAFETY_MARGIN_SECONDS = 2.0
 MIN_SAFETY_MARGIN_SECONDS = 0.2
 SAFETY_MARGIN_SHARE = 0.1
 DEFAULT_JOB_TIMEOUT_SECONDS = 30.0
-
 DEFAULT_SECRET_MAX_AGE_SECONDS = 300
-
-# Read by pgdrain.credentials (connect_params_from_env), not by Settings.from_env.
-_CREDENTIAL_ROWS: tuple[tuple[str, str, str], ...] = (
-    ("DB_SECRET_ARN", "(none)",
-     "With DATABASE_URL unset: ARN of a Secrets Manager secret in the RDS JSON format "
-     "(username, password, host, port, dbname) to connect with"),
-    ("DB_IAM_AUTH", "false",
-     "With DATABASE_URL and DB_SECRET_ARN unset, true (1, yes): log in as DB_USER with an RDS "
-     "IAM token (needs TLS, GRANT rds_iam and rds-db:connect)"),
-    ("DB_HOST", "(the secret's host)",
-     "Database host for IAM auth; with DB_SECRET_ARN, replaces the secret's host (e.g. an RDS "
-     "Proxy endpoint). A path is a Unix socket directory"),
-    ("DB_PORT", "(the secret's port, or 5432)",
-     "Database port for IAM auth; with DB_SECRET_ARN, replaces the secret's port"),
-    ("DB_USER", "(none)", "Database user for IAM auth"),
-    ("DB_NAME", "(the secret's dbname, or postgres)",
-     "Database for IAM auth (required there); with DB_SECRET_ARN, replaces the secret's dbname"),
-    ("DB_SSLMODE", "verify-full",
-     "TLS for DB_SECRET_ARN and IAM connections: disable, allow, prefer, require, verify-ca or "
-     "verify-full (DATABASE_URL has its own sslmode=)"),
-    ("DB_SSL_ROOT_CERT", "(system CAs)",
-     "CA bundle file that verifies the server; RDS needs its global bundle from "
-     "truststore.pki.rds.amazonaws.com"),
-    ("PGDRAIN_SECRET_MAX_AGE_SECONDS", str(DEFAULT_SECRET_MAX_AGE_SECONDS),
-     "How long a fetched DB_SECRET_ARN secret is reused; a rejected password refetches it at "
-     "once"),
-)
-CREDENTIAL_SETTINGS: tuple[str, ...] = tuple(name for name, _, _ in _CREDENTIAL_ROWS)
-
-# Read by the enqueue function (pgdrain.api, pgdrain.doorbell) and the webhook job.
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 DEFAULT_MAX_BATCH = 500
 DEFAULT_DOORBELL_WINDOW_SECONDS = 1.0
 DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10.0
-_FUNCTION_ROWS: tuple[tuple[str, str, str], ...] = (
-    ("PGDRAIN_MAX_PAYLOAD_BYTES", str(DEFAULT_MAX_PAYLOAD_BYTES),
-     "Largest job payload POST /jobs accepts, in bytes of JSON (413 above)"),
-    ("PGDRAIN_MAX_BATCH", str(DEFAULT_MAX_BATCH),
-     "Most jobs in one POST /jobs batch (413 above)"),
-    ("DRAIN_FUNCTION_NAME", "(unset: no doorbell)",
-     "The drain function the enqueue function invokes asynchronously after a commit"),
-    ("PGDRAIN_DOORBELL_WINDOW_SECONDS", str(DEFAULT_DOORBELL_WINDOW_SECONDS),
-     "At most one doorbell ring per enqueue container in this window"),
-    ("PGDRAIN_WEBHOOK_TIMEOUT_SECONDS", str(DEFAULT_WEBHOOK_TIMEOUT_SECONDS),
-     "deliver-webhook: timeout of each network step of the POST (DNS lookup included)"),
-    ("PGDRAIN_WEBHOOK_ALLOWED_NETWORKS", "(none: public addresses only)",
-     "deliver-webhook: comma-separated networks (10.1.0.0/16, fd00::/8) it may reach besides "
-     "public addresses; loopback, link-local and private ones are refused otherwise"),
-)
-FUNCTION_SETTINGS: tuple[str, ...] = tuple(name for name, _, _ in _FUNCTION_ROWS)
+DEFAULT_JOB_MODULES = "pgdrain_jobs.examples,pgdrain_jobs.webhook"
 
-SETTINGS: tuple[tuple[str, str, str], ...] = (
-    ("DATABASE_URL", "embedded PostgreSQL locally",
-     "postgresql://user:pass@host:port/db?sslmode=..., or ?host=/socket/dir for a Unix socket"),
-    *_CREDENTIAL_ROWS,
-    ("PGDRAIN_LEASE_SECONDS", str(DEFAULT_LEASE_SECONDS),
-     "How long a claim owns its job before the janitor may reclaim it; keep it above the "
-     "function timeout"),
-    ("PGDRAIN_BATCH_SIZE", str(DEFAULT_BATCH_SIZE), "Jobs claimed per claim statement"),
-    ("PGDRAIN_MAX_JOBS", str(DEFAULT_MAX_JOBS), "Most jobs one drain invocation runs"),
-    ("PGDRAIN_SAFETY_MARGIN_SECONDS", "10 % of the time left, 0.2 to 2",
-     "Time a drain keeps in hand before its deadline to record outcomes and return; unset, it "
-     "scales with the function's timeout"),
-    ("PGDRAIN_JOB_TIMEOUT_SECONDS", str(DEFAULT_JOB_TIMEOUT_SECONDS),
-     "Time budget of a handler that declares no timeout; an overrun is retried as timed out"),
-    ("PGDRAIN_PREPARED_STATEMENTS", "true",
-     "Prepare the drain's statements once per connection (false behind a pooler such as RDS "
-     "Proxy: named prepared statements are session state)"),
-    ("PGDRAIN_TRACING", "false",
-     "true: trace the drain with Powertools' Tracer (X-Ray; the layer ships aws-xray-sdk; "
-     "adds ~1 s cold start)"),
-    ("PGDRAIN_JOBS", "pgdrain_jobs.examples,pgdrain_jobs.webhook",
-     "Comma-separated modules whose @pgdrain.job handlers the functions load"),
-    ("PGDRAIN_QUEUES", "(all queues)", "Comma-separated queues to drain"),
-    ("PGDRAIN_RETENTION_SECONDS", str(DEFAULT_RETENTION_SECONDS),
-     "Age after which the janitor deletes done jobs"),
-    ("PGDRAIN_PURGE_BATCH_SIZE", str(DEFAULT_PURGE_BATCH_SIZE), "Done jobs deleted per batch"),
-    ("PGDRAIN_PURGE_MAX_BATCHES", str(DEFAULT_PURGE_MAX_BATCHES),
-     "Purge batches per janitor pass"),
-    ("PGDRAIN_RECLAIM_BATCH_SIZE", str(DEFAULT_RECLAIM_BATCH_SIZE),
-     "Expired leases reclaimed per janitor pass"),
-    ("PGDRAIN_VACUUM_DEAD_TUPLES", str(DEFAULT_VACUUM_DEAD_TUPLES),
-     "The drain vacuums jobs itself past this many dead row versions (0: leave it to "
-     "autovacuum); needs the table's owner or MAINTAIN"),
-    ("PGDRAIN_VACUUM_INTERVAL_SECONDS", str(DEFAULT_VACUUM_INTERVAL_SECONDS),
-     "Least time between two vacuums of jobs"),
-    ("PGDRAIN_BACKOFF_BASE_SECONDS", str(DEFAULT_BASE_SECONDS),
-     "Delay after the first failed attempt; doubles with each attempt"),
-    ("PGDRAIN_BACKOFF_CAP_SECONDS", str(DEFAULT_CAP_SECONDS), "Longest retry delay"),
-    ("PGDRAIN_BACKOFF_JITTER", str(DEFAULT_JITTER),
-     "Random spread of each delay, as a fraction (0.1 = ±10 %)"),
-    *_FUNCTION_ROWS,
+
+# --- parsers: a raw (stripped, non-empty) value in, the value out, or ValueError saying why ---
+
+
+def integer(minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"must be an integer, got {raw!r}") from None
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def number(minimum: float = -math.inf, *, above: bool = False) -> Callable[[str], float]:
+    """A finite number, at least ``minimum`` (more than it, with ``above``)."""
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"must be a number, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {raw!r}")
+        if value < minimum or (above and value == minimum):
+            bound = "more than" if above else "at least"
+            raise ValueError(f"must be {bound} {minimum:g}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def boolean(raw: str) -> bool:
+    """1/true/yes/on or 0/false/no/off, any case."""
+    lowered = raw.lower()
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"must be true or false, got {lowered!r}")
+
+
+def text(raw: str) -> str:
+    return raw
+
+
+def names(raw: str) -> tuple[str, ...]:
+    """A comma-separated list; blank items are dropped."""
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One environment variable: how to parse it, its default, and what it means."""
+
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    shown: str
+    """The default as the README shows it."""
+    doc: str
+    group: str
+    """Who reads it: drain, database, http, doorbell, webhook or aws."""
+
+    def read(self, env: Mapping[str, str] | None = None) -> Any:
+        env = os.environ if env is None else env
+        raw = (env.get(self.name) or "").strip()
+        if not raw:
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{self.name} {exc}") from None
+
+
+def _s(name: str, parse: Callable[[str], Any], default: Any, doc: str, group: str,
+       shown: str | None = None) -> Setting:
+    return Setting(name, parse, default, str(default) if shown is None else shown, doc, group)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    _s("DATABASE_URL", text, None,
+       "`postgresql://user:pass@host:port/db?sslmode=...`, or `?host=/socket/dir` for a Unix "
+       "socket", "database", "embedded PostgreSQL locally"),
+    _s("DB_SECRET_ARN", text, None,
+       "With DATABASE_URL unset: ARN of a Secrets Manager secret in the RDS JSON format "
+       "(username, password, host, port, dbname) to connect with", "database", "(none)"),
+    _s("DB_IAM_AUTH", boolean, False,
+       "With DATABASE_URL and DB_SECRET_ARN unset, true (1, yes): log in as DB_USER with an "
+       "RDS IAM token (needs TLS, GRANT rds_iam and rds-db:connect)", "database", "false"),
+    _s("DB_HOST", text, None,
+       "Database host for IAM auth; with DB_SECRET_ARN, replaces the secret's host (e.g. an "
+       "RDS Proxy endpoint). A path is a Unix socket directory", "database",
+       "(the secret's host)"),
+    _s("DB_PORT", text, None,
+       "Database port for IAM auth; with DB_SECRET_ARN, replaces the secret's port", "database",
+       "(the secret's port, or 5432)"),
+    _s("DB_USER", text, None, "Database user for IAM auth", "database", "(none)"),
+    _s("DB_NAME", text, None,
+       "Database for IAM auth (required there); with DB_SECRET_ARN, replaces the secret's "
+       "dbname", "database", "(the secret's dbname, or postgres)"),
+    _s("DB_SSLMODE", text, None,
+       "TLS for DB_SECRET_ARN and IAM connections: disable, allow, prefer, require, verify-ca "
+       "or verify-full (DATABASE_URL has its own sslmode=)", "database",
+       "verify-full (disable for a socket)"),
+    _s("DB_SSL_ROOT_CERT", text, None,
+       "CA bundle file that verifies the server; RDS needs its global bundle from "
+       "truststore.pki.rds.amazonaws.com", "database", "(system CAs)"),
+    _s("PGDRAIN_SECRET_MAX_AGE_SECONDS", integer(0), DEFAULT_SECRET_MAX_AGE_SECONDS,
+       "How long a fetched DB_SECRET_ARN secret is reused; a rejected password refetches it "
+       "at once", "database"),
+    _s("PGDRAIN_LEASE_SECONDS", integer(1), DEFAULT_LEASE_SECONDS,
+       "How long a claim owns its job before the janitor may reclaim it; keep it above the "
+       "function timeout", "drain"),
+    _s("PGDRAIN_BATCH_SIZE", integer(1), DEFAULT_BATCH_SIZE,
+       "Jobs claimed per claim statement", "drain"),
+    _s("PGDRAIN_MAX_JOBS", integer(1), DEFAULT_MAX_JOBS, "Most jobs one drain invocation runs",
+       "drain"),
+    _s("PGDRAIN_SAFETY_MARGIN_SECONDS", number(0), None,
+       "Time a drain keeps in hand before its deadline to record outcomes and return; unset, "
+       "it scales with the function's timeout", "drain", "10 % of the time left, 0.2 to 2"),
+    _s("PGDRAIN_JOB_TIMEOUT_SECONDS", number(0, above=True), DEFAULT_JOB_TIMEOUT_SECONDS,
+       "Time budget of a handler that declares no timeout; an overrun is retried as timed out",
+       "drain"),
+    _s("PGDRAIN_PREPARED_STATEMENTS", boolean, True,
+       "Prepare the drain's statements once per connection (false behind a pooler such as "
+       "RDS Proxy: named prepared statements are session state)", "drain", "true"),
+    _s("PGDRAIN_TRACING", boolean, False,
+       "true: trace the drain with Powertools' Tracer (X-Ray; the layer ships aws-xray-sdk; "
+       "adds ~1 s cold start)", "drain", "false"),
+    _s("PGDRAIN_JOBS", text, None,
+       "Comma-separated modules whose @pgdrain.job handlers the functions load", "drain",
+       DEFAULT_JOB_MODULES),
+    _s("PGDRAIN_MAX_PAYLOAD_BYTES", integer(1), DEFAULT_MAX_PAYLOAD_BYTES,
+       "Largest job payload POST /jobs accepts, in bytes of JSON (413 above)", "http"),
+    _s("PGDRAIN_MAX_BATCH", integer(1), DEFAULT_MAX_BATCH,
+       "Most jobs in one POST /jobs batch (413 above)", "http"),
+    _s("DRAIN_FUNCTION_NAME", text, None,
+       "The drain function the enqueue function invokes asynchronously after a commit",
+       "doorbell", "(unset: no doorbell)"),
+    _s("PGDRAIN_DOORBELL_WINDOW_SECONDS", number(0), DEFAULT_DOORBELL_WINDOW_SECONDS,
+       "At most one doorbell ring per enqueue container in this window", "doorbell"),
+    _s("PGDRAIN_WEBHOOK_TIMEOUT_SECONDS", number(0, above=True),
+       DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
+       "deliver-webhook: timeout of each network step of the POST (DNS lookup included)",
+       "webhook"),
+    _s("PGDRAIN_WEBHOOK_ALLOWED_NETWORKS", names, (),
+       "deliver-webhook: comma-separated networks (10.1.0.0/16, fd00::/8) it may reach "
+       "besides public addresses; loopback, link-local and private ones are refused "
+       "otherwise", "webhook", "(none: public addresses only)"),
+    _s("PGDRAIN_QUEUES", names, (), "Comma-separated queues to drain", "drain",
+       "(all queues)"),
+    _s("PGDRAIN_RETENTION_SECONDS", integer(0), DEFAULT_RETENTION_SECONDS,
+       "Age after which the janitor deletes done jobs", "drain"),
+    _s("PGDRAIN_PURGE_BATCH_SIZE", integer(1), DEFAULT_PURGE_BATCH_SIZE,
+       "Done jobs deleted per batch", "drain"),
+    _s("PGDRAIN_PURGE_MAX_BATCHES", integer(0), DEFAULT_PURGE_MAX_BATCHES,
+       "Purge batches per janitor pass", "drain"),
+    _s("PGDRAIN_RECLAIM_BATCH_SIZE", integer(1), DEFAULT_RECLAIM_BATCH_SIZE,
+       "Expired leases reclaimed per janitor pass", "drain"),
+    _s("PGDRAIN_VACUUM_DEAD_TUPLES", integer(0), DEFAULT_VACUUM_DEAD_TUPLES,
+       "The drain vacuums jobs itself past this many dead row versions (0: leave it to "
+       "autovacuum); needs the table's owner or MAINTAIN", "drain"),
+    _s("PGDRAIN_VACUUM_INTERVAL_SECONDS", number(0), DEFAULT_VACUUM_INTERVAL_SECONDS,
+       "Least time between two vacuums of jobs", "drain"),
+    _s("PGDRAIN_BACKOFF_BASE_SECONDS", number(0), DEFAULT_BASE_SECONDS,
+       "Delay after the first failed attempt; doubles with each attempt", "drain"),
+    _s("PGDRAIN_BACKOFF_CAP_SECONDS", number(0), DEFAULT_CAP_SECONDS, "Longest retry delay",
+       "drain"),
+    _s("PGDRAIN_BACKOFF_JITTER", number(0), DEFAULT_JITTER,
+       "Random spread of each delay, as a fraction (0.1 = ±10 %)", "drain"),
+    _s("POWERTOOLS_SERVICE_NAME", text, "pgdrain",
+       "The functions' `service` in logs and metrics (the stack's name in AWS)", "aws"),
+    _s("POWERTOOLS_METRICS_NAMESPACE", text, "pgdrain", "The functions' metrics namespace",
+       "aws"),
 )
+_BY_NAME = {s.name: s for s in SETTINGS}
+CREDENTIAL_SETTINGS: tuple[str, ...] = tuple(
+    s.name for s in SETTINGS if s.group == "database" and s.name != "DATABASE_URL")
+FUNCTION_SETTINGS: tuple[str, ...] = tuple(
+    s.name for s in SETTINGS if s.group in ("http", "doorbell", "webhook", "aws"))
+
+
+def setting(name: str) -> Setting:
+    return _BY_NAME[name]
+
+
+def read(name: str, env: Mapping[str, str] | None = None) -> Any:
+    """The value of setting ``name`` from ``env`` (the process's environment by default): its
+    default when unset or blank, ConfigError naming it when invalid."""
+    return _BY_NAME[name].read(env)
+
+
+def markdown_table() -> str:
+    """The README's settings table."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.shown} | {s.doc} |" for s in SETTINGS]
+    return "\n".join(rows) + "\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,78 +290,47 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read the ``PGDRAIN_*`` variables and ``DATABASE_URL``; raise ConfigError if invalid."""
+        """Read the drain's settings (``SETTINGS``); raise ConfigError if one is invalid."""
         env = os.environ if env is None else env
         try:
-            backoff = Backoff(
-                base_seconds=_number(env, "PGDRAIN_BACKOFF_BASE_SECONDS", DEFAULT_BASE_SECONDS),
-                cap_seconds=_number(env, "PGDRAIN_BACKOFF_CAP_SECONDS", DEFAULT_CAP_SECONDS),
-                jitter=_number(env, "PGDRAIN_BACKOFF_JITTER", DEFAULT_JITTER),
-            )
+            backoff = Backoff(base_seconds=read("PGDRAIN_BACKOFF_BASE_SECONDS", env),
+                              cap_seconds=read("PGDRAIN_BACKOFF_CAP_SECONDS", env),
+                              jitter=read("PGDRAIN_BACKOFF_JITTER", env))
         except ValueError as exc:
+            if isinstance(exc, ConfigError):
+                raise
             raise ConfigError(f"PGDRAIN_BACKOFF_*: {exc}") from None
-        queues = tuple(q.strip() for q in env.get("PGDRAIN_QUEUES", "").split(",") if q.strip())
         return cls(
-            database_url=env.get("DATABASE_URL") or None,
-            lease_seconds=_integer(env, "PGDRAIN_LEASE_SECONDS", DEFAULT_LEASE_SECONDS, 1),
-            batch_size=_integer(env, "PGDRAIN_BATCH_SIZE", DEFAULT_BATCH_SIZE, 1),
-            queues=queues,
-            retention_seconds=_integer(
-                env, "PGDRAIN_RETENTION_SECONDS", DEFAULT_RETENTION_SECONDS, 0),
-            purge_batch_size=_integer(
-                env, "PGDRAIN_PURGE_BATCH_SIZE", DEFAULT_PURGE_BATCH_SIZE, 1),
-            purge_max_batches=_integer(
-                env, "PGDRAIN_PURGE_MAX_BATCHES", DEFAULT_PURGE_MAX_BATCHES, 0),
-            reclaim_batch_size=_integer(
-                env, "PGDRAIN_RECLAIM_BATCH_SIZE", DEFAULT_RECLAIM_BATCH_SIZE, 1),
-            max_jobs=_integer(env, "PGDRAIN_MAX_JOBS", DEFAULT_MAX_JOBS, 1),
-            vacuum_dead_tuples=_integer(
-                env, "PGDRAIN_VACUUM_DEAD_TUPLES", DEFAULT_VACUUM_DEAD_TUPLES, 0),
-            vacuum_interval_seconds=_number(
-                env, "PGDRAIN_VACUUM_INTERVAL_SECONDS", DEFAULT_VACUUM_INTERVAL_SECONDS),
-            safety_margin_seconds=_number(env, "PGDRAIN_SAFETY_MARGIN_SECONDS", None),
-            job_timeout_seconds=_number(
-                env, "PGDRAIN_JOB_TIMEOUT_SECONDS", DEFAULT_JOB_TIMEOUT_SECONDS),
-            job_modules=env.get("PGDRAIN_JOBS") or None,
-            tracing=flag(env, "PGDRAIN_TRACING"),
-            prepared_statements=flag(env, "PGDRAIN_PREPARED_STATEMENTS", default=True),
+            database_url=read("DATABASE_URL", env),
+            lease_seconds=read("PGDRAIN_LEASE_SECONDS", env),
+            batch_size=read("PGDRAIN_BATCH_SIZE", env),
+            queues=read("PGDRAIN_QUEUES", env),
+            retention_seconds=read("PGDRAIN_RETENTION_SECONDS", env),
+            purge_batch_size=read("PGDRAIN_PURGE_BATCH_SIZE", env),
+            purge_max_batches=read("PGDRAIN_PURGE_MAX_BATCHES", env),
+            reclaim_batch_size=read("PGDRAIN_RECLAIM_BATCH_SIZE", env),
+            max_jobs=read("PGDRAIN_MAX_JOBS", env),
+            vacuum_dead_tuples=read("PGDRAIN_VACUUM_DEAD_TUPLES", env),
+            vacuum_interval_seconds=read("PGDRAIN_VACUUM_INTERVAL_SECONDS", env),
+            safety_margin_seconds=read("PGDRAIN_SAFETY_MARGIN_SECONDS", env),
+            job_timeout_seconds=read("PGDRAIN_JOB_TIMEOUT_SECONDS", env),
+            job_modules=read("PGDRAIN_JOBS", env),
+            tracing=read("PGDRAIN_TRACING", env),
+            prepared_statements=read("PGDRAIN_PREPARED_STATEMENTS", env),
             backoff=backoff,
         )
 
 
-def _integer(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
 def flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
-    """A boolean setting: 1/true/yes/on or 0/false/no/off (any case); unset is ``default``."""
-    raw = env.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name} must be true or false, got {raw!r}")
-
-
-def _number(env: Mapping[str, str], name: str, default: Any) -> Any:
-    raw = env.get(name, "").strip()
+    """A boolean setting from ``env`` (see ``boolean``); unset is ``default``."""
+    raw = (env.get(name) or "").strip()
     if not raw:
         return default
     try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{name} must be a finite number, got {raw!r}")
-    return value
+        return boolean(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} {exc}") from None
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table())

@@ -46,12 +46,10 @@ machinery (``http.client``, ``ssl``) is imported inside the handler, not here.
 
 from __future__ import annotations
 
-import math
-import os
 from typing import Any, NoReturn
 
 import pgdrain
-from pgdrain.settings import DEFAULT_WEBHOOK_TIMEOUT_SECONDS
+from pgdrain.settings import DEFAULT_WEBHOOK_TIMEOUT_SECONDS, read
 
 JOB_TYPE = "deliver-webhook"
 HANDLER_TIMEOUT_SECONDS = 30
@@ -243,11 +241,8 @@ def _allowed_networks() -> list[Any]:
     """The networks of PGDRAIN_WEBHOOK_ALLOWED_NETWORKS (read on every call)."""
     import ipaddress
 
-    raw = os.environ.get(ALLOWED_NETWORKS_ENV, "")
     networks = []
-    for entry in (e.strip() for e in raw.split(",")):
-        if not entry:
-            continue
+    for entry in read(ALLOWED_NETWORKS_ENV):
         try:
             networks.append(ipaddress.ip_network(entry, strict=False))
         except ValueError:
@@ -328,18 +323,8 @@ def _check_url(url: Any) -> tuple[str, str, str | None]:
 
 
 def _timeout_seconds() -> float:
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        # A configuration error, not the job's: retried, so fixing the setting saves the job.
-        raise pgdrain.ConfigError(f"{TIMEOUT_ENV} must be a positive number of seconds, "
-                                  f"got {raw[:50]!r}")
-    return value
+    # A bad value is a configuration error, not the job's: retried, so fixing it saves the job.
+    return float(read(TIMEOUT_ENV))
 
 
 def _status_error(where: str, status: int, retry_after: str | None, location: str | None,

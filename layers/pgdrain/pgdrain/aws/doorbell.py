@@ -8,14 +8,11 @@ fails, or is skipped because another rang it a moment ago, loses nothing.
 from __future__ import annotations
 
 import logging
-import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import ConfigError
-from .settings import DEFAULT_DOORBELL_WINDOW_SECONDS
+from ..settings import DEFAULT_DOORBELL_WINDOW_SECONDS, read
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +38,8 @@ class Doorbell:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Doorbell:
         """``DRAIN_FUNCTION_NAME`` (unset: no doorbell), ``PGDRAIN_DOORBELL_WINDOW_SECONDS``."""
-        env = os.environ if env is None else env
-        raw = env.get("PGDRAIN_DOORBELL_WINDOW_SECONDS", "").strip()
-        try:
-            window = float(raw) if raw else DEFAULT_DOORBELL_WINDOW_SECONDS
-        except ValueError:
-            raise ConfigError(f"PGDRAIN_DOORBELL_WINDOW_SECONDS must be a number, "
-                              f"got {raw!r}") from None
-        if not math.isfinite(window) or window < 0:
-            raise ConfigError(f"PGDRAIN_DOORBELL_WINDOW_SECONDS must be 0 or more, got {raw!r}")
-        return cls(env.get("DRAIN_FUNCTION_NAME", "").strip() or None, window_seconds=window)
+        return cls(read("DRAIN_FUNCTION_NAME", env),
+                   window_seconds=read("PGDRAIN_DOORBELL_WINDOW_SECONDS", env))
 
     def ring(self, *, time_left: float | None = None) -> str:
         """Invoke the drain asynchronously; returns ``rung``, ``skipped``, ``late``, ``off`` or
@@ -83,9 +72,12 @@ class Doorbell:
 # An asynchronous invoke answers 202 in milliseconds. botocore's defaults (60 s to connect,
 # three attempts) would let an unreachable Lambda endpoint (a VPC with no NAT or endpoint)
 # hold the enqueue request past its own timeout, after its jobs had committed.
-CLIENT_TIMEOUTS = {"connect_timeout": 2, "read_timeout": 3, "retries": {"total_max_attempts": 1}}
+CONNECT_TIMEOUT_SECONDS = 2
+READ_TIMEOUT_SECONDS = 3
+CLIENT_TIMEOUTS = {"connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                   "read_timeout": READ_TIMEOUT_SECONDS, "retries": {"total_max_attempts": 1}}
 # One attempt: the connect, the read, and a little for the rest.
-LONGEST_RING_SECONDS = CLIENT_TIMEOUTS["connect_timeout"] + CLIENT_TIMEOUTS["read_timeout"] + 0.5
+LONGEST_RING_SECONDS = CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS + 0.5
 
 
 def _lambda_client() -> Any:

@@ -11,21 +11,20 @@ import base64
 import binascii
 import json
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .errors import ConfigError, InvalidJobError, PgdrainError
-from .queue import DEFAULT_MAX_ATTEMPTS, MAX_DEDUPE_KEY, NewJob, new_job
-from .registry import Registry
-from .settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_PAYLOAD_BYTES
+from ..enqueue import new_job
+from ..errors import InvalidJobError, PgdrainError
+from ..models import DEFAULT_MAX_ATTEMPTS, JOB_FIELD_NAMES, MAX_DEDUPE_KEY, NewJob
+from ..registry import Registry
+from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_PAYLOAD_BYTES, read
 
 # Room for the ":<index>" a batch appends to each item's key.
 MAX_IDEMPOTENCY_KEY = MAX_DEDUPE_KEY - 8
-JOB_FIELDS = ("job_type", "payload", "run_at", "delay_seconds", "priority", "queue",
-              "max_attempts", "dedupe_key")
+JOB_FIELDS = JOB_FIELD_NAMES
 
 
 class ApiError(PgdrainError):
@@ -50,19 +49,8 @@ class Limits:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
-        env = os.environ if env is None else env
-        values = {}
-        for name, field, default in (
-                ("PGDRAIN_MAX_PAYLOAD_BYTES", "max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES),
-                ("PGDRAIN_MAX_BATCH", "max_batch", DEFAULT_MAX_BATCH)):
-            raw = env.get(name, "").strip()
-            try:
-                values[field] = int(raw) if raw else default
-            except ValueError:
-                raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-            if values[field] < 1:
-                raise ConfigError(f"{name} must be at least 1, got {values[field]}")
-        return cls(**values)
+        return cls(max_payload_bytes=read("PGDRAIN_MAX_PAYLOAD_BYTES", env),
+                   max_batch=read("PGDRAIN_MAX_BATCH", env))
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +212,7 @@ def _job(item: Any, index: int | None, key: str | None, registry: Registry,
         error.details["max_payload_bytes"] = limits.max_payload_bytes
         raise error
     if handler.payload_model is not None:
-        from .payload import dump, parse  # only job types that declare a model pay for it
+        from ..payload import dump, parse  # only job types that declare a model pay for it
 
         try:
             payload = dump(parse(handler.payload_model, payload, field="payload",

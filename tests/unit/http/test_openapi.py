@@ -17,19 +17,19 @@ from referencing import Resource
 from referencing.jsonschema import DRAFT202012
 
 import pgdrain
-from pgdrain.api import JOB_FIELDS, ApiError, Limits, parse_enqueue
 from pgdrain.errors import InvalidJobError
-from pgdrain.openapi import (
+from pgdrain.http.openapi import (
     MAX_DELAY_SECONDS,
     MAX_IDEMPOTENCY_KEY,
     dumps,
     openapi_document,
 )
+from pgdrain.http.requests import JOB_FIELDS, ApiError, Limits, parse_enqueue
 from pgdrain.payload import json_schema
 from pgdrain.registry import Handler, Registry
 from tests.support.functions import load_event
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "docs" / "openapi.json"
 BODY_SCHEMA = "#/paths/~1jobs/post/requestBody/content/application~1json/schema"
 
@@ -82,7 +82,7 @@ def validator(document: dict, pointer: str = BODY_SCHEMA) -> Draft202012Validato
 
 
 def test_docs_openapi_json_is_what_the_code_builds_now():
-    built = subprocess.run([sys.executable, "-m", "pgdrain.openapi"], cwd=ROOT, check=True,
+    built = subprocess.run([sys.executable, "-m", "pgdrain.http.openapi"], cwd=ROOT, check=True,
                            capture_output=True, text=True,
                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "layers/pgdrain"),
                                 "PGDRAIN_JOBS": "tests.support.jobs"}).stdout
@@ -123,20 +123,24 @@ def test_routes_operations_and_responses():
     codes = {(path, method): set(op["responses"])
              for path, ops in paths.items() for method, op in ops.items() if method != "parameters"}
     gateway = {"403", "429"}  # API Gateway's own answers
+    failures = {"500", "503"}  # the function's own: unexpected, and the database
     assert codes == {
-        ("/jobs", "post"): {"200", "201", "400", "413", "415", "422", "503", *gateway},
-        ("/jobs/{id}", "get"): {"200", "400", "404", "503", *gateway},
-        ("/jobs/{id}/retry", "post"): {"200", "400", "404", "409", "503", *gateway},
+        ("/jobs", "post"): {"200", "201", "400", "413", "415", "422", *failures, *gateway},
+        ("/jobs/{id}", "get"): {"200", "400", "404", *failures, *gateway},
+        ("/jobs/{id}/retry", "post"): {"200", "400", "404", "409", *failures, *gateway},
     }
     responses = document["components"]["responses"]
     for name, response in responses.items():
-        schema = "GatewayError" if name in ("Forbidden", "TooManyRequests") else "Error"
+        schema = ("GatewayError" if name in ("Forbidden", "TooManyRequests") else
+                  "ServerError" if name in ("Unavailable", "InternalError") else "Error")
         assert response["content"]["application/json"]["schema"] == {
             "$ref": f"#/components/schemas/{schema}"}, name
     assert "Allow" in responses["MethodNotAllowed"]["headers"]
     error = document["components"]["schemas"]["Error"]
     assert error["required"] == ["error", "details"]
     assert error["properties"]["details"]["type"] == "object"
+    server_error = document["components"]["schemas"]["ServerError"]
+    assert server_error["required"] == ["error", "request_id"]
 
 
 def test_aws_iam_security_scheme():

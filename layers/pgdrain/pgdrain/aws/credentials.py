@@ -39,9 +39,9 @@ from typing import Any, Literal
 import pg8000.exceptions
 import pg8000.native
 
-from .db import _SSLMODES, ConnectParams, connect, parse_database_url, sqlstate
-from .errors import ConfigError, DatabaseConnectError
-from .settings import DEFAULT_SECRET_MAX_AGE_SECONDS, flag
+from ..db import _SSLMODES, ConnectParams, connect, parse_database_url, sqlstate
+from ..errors import ConfigError, DatabaseConnectError
+from ..settings import read, setting
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def credential_mode(env: Mapping[str, str] | None = None) -> Mode:
         return "url"
     if _get(env, "DB_SECRET_ARN"):
         return "secret"
-    if flag(env, "DB_IAM_AUTH"):
+    if read("DB_IAM_AUTH", env):
         return "iam"
     raise ConfigError(f"no database configured: {SETUP_HINT}")
 
@@ -187,8 +187,9 @@ def _left(deadline: float | None) -> float | None:
 
 # Secrets Manager answers in milliseconds: two short tries when there is time, one shorter try
 # when there is not. The secret itself is cached here (value and when it was fetched).
-SECRETS_CLIENT_TIMEOUTS = {"connect_timeout": 2, "read_timeout": 3,
-                           "retries": {"total_max_attempts": 2}}
+SECRETS_CONNECT_TIMEOUT_SECONDS = 2.0
+SECRETS_READ_TIMEOUT_SECONDS = 3.0
+SECRETS_ATTEMPTS = 2
 _secrets: dict[str, tuple[float, Any]] = {}
 _secrets_clients: dict[tuple[float, float, int], Any] = {}
 
@@ -221,9 +222,8 @@ def _fetch_secret(env: Mapping[str, str], *, refresh: bool, timeout: float | Non
 
 def _secrets_client(timeout: float | None) -> Any:
     """A Secrets Manager client whose connect, read and retries fit in ``timeout``."""
-    connect = float(SECRETS_CLIENT_TIMEOUTS["connect_timeout"])
-    read = float(SECRETS_CLIENT_TIMEOUTS["read_timeout"])
-    attempts = int(SECRETS_CLIENT_TIMEOUTS["retries"]["total_max_attempts"])  # type: ignore[index]
+    connect, read = SECRETS_CONNECT_TIMEOUT_SECONDS, SECRETS_READ_TIMEOUT_SECONDS
+    attempts = SECRETS_ATTEMPTS
     if timeout is not None and timeout < attempts * (connect + read):
         # In half-second steps, so that a few clients serve every invocation.
         budget = max(math.floor(timeout * 2) / 2, 0.5)
@@ -245,17 +245,7 @@ def _secrets_client(timeout: float | None) -> Any:
 
 
 def _max_age(env: Mapping[str, str]) -> int:
-    name = "PGDRAIN_SECRET_MAX_AGE_SECONDS"
-    raw = _get(env, name)
-    if not raw:
-        return DEFAULT_SECRET_MAX_AGE_SECONDS
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if value < 0:
-        raise ConfigError(f"{name} must not be negative, got {value}")
-    return value
+    return int(setting("PGDRAIN_SECRET_MAX_AGE_SECONDS").read(env))
 
 
 # --- IAM mode ----------------------------------------------------------------------------------
@@ -291,7 +281,7 @@ def _iam_token(host: str, port: int, user: str) -> str:
         client = _rds_clients.get(region)
         if client is None:
             client = _rds_clients[region] = boto3.client("rds", region_name=region)
-        return client.generate_db_auth_token(DBHostname=host, Port=port, DBUsername=user)
+        return str(client.generate_db_auth_token(DBHostname=host, Port=port, DBUsername=user))
     except NoRegionError:
         raise ConfigError("DB_IAM_AUTH: no AWS region; set AWS_DEFAULT_REGION (Lambda sets it) "
                           "or use the RDS endpoint name as DB_HOST") from None
@@ -406,5 +396,6 @@ def _port(raw: Any, name: str) -> int:
 
 
 def _get(env: Mapping[str, str], name: str) -> str:
-    return (env.get(name) or "").strip()
+    # Through the settings table: every variable read here is documented there.
+    return str(read(name, env) or "")
 

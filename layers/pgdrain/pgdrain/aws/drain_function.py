@@ -1,0 +1,107 @@
+"""The drain function's body: one invocation, from any trigger, to its answer.
+
+Triggers: the EventBridge schedule, ``POST /drain`` through API Gateway (a JSON answer: 200
+with the summary, 405, 500 or 503 with a short error and the request id), and direct or
+asynchronous invokes (the summary itself). ``functions/drain/app.py`` only wires this up.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+
+from ..db import Connector
+from ..drain import DrainSummary, drain, shortest_runnable_seconds
+from ..registry import Registry
+from ..settings import Settings
+from .observer import DrainObserver
+from .powertools import count
+
+
+def event_kind(event: Any) -> str:
+    """``api`` (API Gateway), ``schedule`` (EventBridge) or ``direct``."""
+    if isinstance(event, dict):
+        if "httpMethod" in event and "requestContext" in event:
+            return "api"
+        if event.get("source") == "aws.events" or "detail-type" in event:
+            return "schedule"
+    return "direct"
+
+
+def api_answer(status: int, body: dict[str, Any]) -> dict[str, Any]:
+    return {"statusCode": status, "headers": {"Content-Type": "application/json"},
+            "body": json.dumps(body)}
+
+
+class DrainFunction:
+    """What one container of the drain function keeps between invocations, and runs in each."""
+
+    def __init__(self, *, settings: Settings, registry: Registry, connector: Connector,
+                 logger: Logger, metrics: Metrics):
+        self.settings = settings
+        self.registry = registry
+        self.connector = connector
+        self.logger = logger
+        self.metrics = metrics
+        self.checked_timeout = False
+
+    def __call__(self, event: Any, context: Any) -> dict[str, Any]:
+        request_id = getattr(context, "aws_request_id", None)
+        self.logger.set_correlation_id(request_id)
+        kind = event_kind(event)
+        if kind == "api" and event.get("httpMethod") != "POST":
+            count(self.metrics, {"DrainRequestsRefused": 1})
+            return api_answer(405, {"error": "use POST /drain"})
+        self._check_timeout(context.get_remaining_time_in_millis() / 1000)
+        try:
+            summary = self._drain(context)
+        except Exception:
+            # The connection may be mid-transaction or dead: the next invocation starts anew.
+            self.connector.discard()
+            count(self.metrics, {"DrainErrors": 1})
+            self.logger.exception("drain failed", extra={"trigger": kind})
+            if kind == "api":  # the details are in the log, under this request id
+                return api_answer(500, {"error": "the drain failed; see the drain function's "
+                                                 "log", "request_id": request_id})
+            raise
+        return self._answer(kind, summary, request_id)
+
+    def _drain(self, context: Any) -> DrainSummary:
+        observer = DrainObserver(self.logger, self.metrics)
+        try:
+            summary = drain(self.connector, self.registry, self.settings,
+                            time_left=lambda: context.get_remaining_time_in_millis() / 1000,
+                            observer=observer)
+        finally:
+            observer.log_done()
+        observer.record(summary, self.connector)
+        return summary
+
+    def _answer(self, kind: str, summary: DrainSummary, request_id: str | None
+                ) -> dict[str, Any]:
+        result = summary.as_dict()
+        if summary.stopped == "database_error":
+            self.logger.error("drain stopped on a database failure",
+                              extra={"trigger": kind, **result})
+            if kind == "api":
+                return api_answer(503, {"error": f"the drain stopped: {summary.error}",
+                                        "request_id": request_id, "summary": result})
+            return result
+        self.logger.info("drain finished", extra={"trigger": kind, **result})
+        return api_answer(200, result) if kind == "api" else result
+
+    def _check_timeout(self, time_left: float) -> None:
+        """Once per container: say loudly if this function's timeout cannot run any job."""
+        if self.checked_timeout:
+            return
+        self.checked_timeout = True
+        usable = time_left - self.settings.margin_for(time_left)
+        needed = shortest_runnable_seconds(self.registry, self.settings)
+        if usable < needed:
+            self.logger.error(
+                "this function's timeout (%.1f s left at the first invocation) cannot run any "
+                "job: %.2f s remain after the safety margin and the shortest job needs %.2f s; "
+                "raise the function's timeout", time_left, usable, needed,
+                extra={"time_left_seconds": round(time_left, 3)})

@@ -1,0 +1,96 @@
+"""The enqueue function's body: API Gateway (REST, proxy) events to ``pgdrain.http.service``
+and its answers back, the database bounded by the invocation's time left, the drain rung after
+a commit that created a due job. ``functions/enqueue/app.py`` only wires this up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+
+from ..db import Connector, Session
+from ..http import service
+from ..http.requests import Limits
+from ..http.routes import routes_of
+from ..registry import Registry
+from ..settings import Settings
+from .doorbell import Doorbell
+from .powertools import count
+
+
+class EnqueueFunction:
+    """What one container of the enqueue function keeps between invocations: the resolver
+    with every route of ``pgdrain.http.routes`` for this function, and its connection."""
+
+    def __init__(self, *, settings: Settings, registry: Registry, limits: Limits,
+                 connector: Connector, doorbell: Doorbell, logger: Logger, metrics: Metrics):
+        self.settings = settings
+        self.connector = connector
+        self.doorbell = doorbell
+        self.logger = logger
+        self.metrics = metrics
+        self.app = app = APIGatewayRestResolver()
+        self.api = service.EnqueueApi(registry=registry, limits=limits, session=self.session)
+        for route in routes_of("enqueue"):
+            app.route(route.powertools_path, method=route.method,
+                      operation_id=route.operation_id)(self._route(route.operation_id))
+        app.exception_handler(NotFoundError)(self._no_route)
+        app.exception_handler(Exception)(self._failed)
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        self.logger.set_correlation_id(getattr(context, "aws_request_id", None))
+        count(self.metrics, {"Requests": 1})
+        return self.app.resolve(event, context)
+
+    def time_left(self) -> float:
+        return self.app.lambda_context.get_remaining_time_in_millis() / 1000
+
+    def session(self) -> Session:
+        """The connection, every statement bounded by the time left less half the margin
+        (the other half is for answering)."""
+        left = self.time_left()
+        self.connector.open(time.monotonic() + left - self.settings.margin_for(left) / 2)
+        return self.connector.session()
+
+    def _route(self, operation_id: str) -> Callable[..., Response[Any]]:
+        def serve(**path_params: str) -> Response[Any]:
+            return self._serve(operation_id, **path_params)
+
+        serve.__name__ = operation_id  # Powertools names its middleware after the function
+        return serve
+
+    def _serve(self, operation_id: str, **path_params: str) -> Response[Any]:
+        event = self.app.current_event
+        headers = {k.lower(): v for k, v in (event.headers or {}).items()}
+        request = service.Request(body=event.body, base64_encoded=bool(event.is_base64_encoded),
+                                  headers=headers, path_params=dict(path_params))
+        return self._answer(self.api.handle(operation_id, request))
+
+    def _no_route(self, error: NotFoundError) -> Response[Any]:
+        event = self.app.current_event
+        return self._answer(service.no_route(event.http_method, event.path or ""))
+
+    def _failed(self, error: Exception) -> Response[Any]:
+        request_id = getattr(self.app.lambda_context, "aws_request_id", None)
+        return self._answer(service.error_response(error, request_id))
+
+    def _answer(self, response: service.Response) -> Response[Any]:
+        if response.drop_connection:
+            self.connector.discard()
+        line = response.log
+        if line is not None:
+            getattr(self.logger, line.level)(line.message, extra=line.fields,
+                                             exc_info=line.error)
+        count(self.metrics, response.metrics)
+        if response.ring:  # rung, skipped, late, off or failed; never fails the request
+            outcome = self.doorbell.ring(time_left=self.time_left())
+            if outcome != "off":
+                count(self.metrics, {f"Doorbell{outcome.capitalize()}": 1})
+        return Response(status_code=response.status,
+                        content_type=content_types.APPLICATION_JSON, body=response.body,
+                        headers=response.headers or None)

@@ -1,0 +1,115 @@
+"""The drain's logs and metrics: each job's outcome as a structured log line, and the
+invocation's counts, durations, lags and backlog as EMF metrics (Powertools)."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from .. import store
+from ..db import Connector
+from ..drain import DrainSummary
+from ..errors import DatabaseUnavailable
+from ..models import Job
+
+_OUTCOME_METRICS = {"done": "JobsDone", "retried": "JobsRetried",
+                    "released": "JobsReleased", "snoozed": "JobsSnoozed",
+                    "stale": "StaleWrites"}
+
+
+class DrainObserver:
+    """Logs each job's outcome; keeps a uniform sample of durations and queue lags.
+
+    Per-job metric values go out as a sample of at most SAMPLE_SIZE per invocation (one EMF
+    document's worth): adding every value through Powertools cost more than the drain's SQL.
+    CloudWatch's percentiles are then estimated from the sample; the counts stay exact.
+    """
+
+    SAMPLE_SIZE = 100
+
+    def __init__(self, logger: Logger, metrics: Metrics) -> None:
+        self.logger = logger
+        self.metrics = metrics
+        self.seen = 0
+        self.durations: list[float] = []
+        self.lags: list[float] = []
+        self.done: list[dict[str, Any]] = []
+
+    def job_finished(self, job: Job, outcome: str, duration: float,
+                     error: BaseException | None) -> None:
+        fields = {"job_id": job.id, "job_type": job.job_type, "attempt": job.attempts,
+                  "outcome": outcome, "duration_ms": round(duration * 1000, 1),
+                  "queue": job.queue}
+        if outcome == "done":
+            # One line per claimed batch lists its done jobs: a formatted line per job cost
+            # more than the SQL of a short job. Every other outcome gets a line of its own.
+            self.done.append(fields)
+        elif outcome in ("retried", "failed", "snoozed") and error is not None:
+            fields["error"] = f"{type(error).__name__}: {error}"[:1000]
+            if outcome == "snoozed":
+                self.logger.info("job snoozed", extra=fields)
+            else:
+                # A traceback only where there is one (not for "no handler registered").
+                trace = error if error.__traceback__ is not None else None
+                self.logger.warning("job %s", outcome, extra=fields, exc_info=trace)
+        else:
+            self.logger.info("job %s", outcome, extra=fields)
+        if outcome in ("done", "retried", "failed"):
+            self._sample(job, duration)
+
+    def _sample(self, job: Job, duration: float) -> None:
+        self.seen += 1
+        if len(self.durations) < self.SAMPLE_SIZE:
+            slot = len(self.durations)
+            self.durations.append(0.0)
+            self.lags.append(0.0)
+        else:
+            slot = random.randrange(self.seen)  # reservoir sampling: every job equally likely
+            if slot >= self.SAMPLE_SIZE:
+                return
+        # run_at can be a value Python has no datetime for ('-infinity', a BC date).
+        lag = (job.claimed_at - job.run_at).total_seconds() \
+            if isinstance(job.run_at, datetime) else 0.0
+        self.durations[slot] = duration * 1000
+        self.lags[slot] = max(lag, 0.0)
+
+    def batch_finished(self) -> None:
+        self.log_done()
+
+    def log_done(self) -> None:
+        if self.done:
+            self.logger.info("jobs done", extra={"outcome": "done", "jobs": self.done})
+            self.done = []
+
+    def record(self, summary: DrainSummary, connector: Connector) -> None:
+        """The invocation's metrics: counts from ``summary``, the sampled durations and lags,
+        and the backlog (an indexed read, bounded like every statement of the invocation)."""
+        add = self.metrics.add_metric
+        for value in self.durations:
+            add("JobDuration", MetricUnit.Milliseconds, value)
+        for value in self.lags:
+            add("QueueLag", MetricUnit.Seconds, value)
+        add("JobsClaimed", MetricUnit.Count, summary.claimed)
+        add("LeasesReclaimed", MetricUnit.Count, summary.reclaimed)
+        add("LeasesRefunded", MetricUnit.Count, summary.reclaimed_refunded)
+        for outcome, name in _OUTCOME_METRICS.items():
+            add(name, MetricUnit.Count, getattr(summary, outcome))
+        # The dead-letter alarm watches JobsFailed: every job that ended failed in this
+        # invocation, the janitor's included.
+        add("JobsFailed", MetricUnit.Count, summary.failed + summary.reclaimed_failed)
+        if summary.stopped == "database_error":
+            add("DrainErrors", MetricUnit.Count, 1)
+            return
+        try:
+            backlog = store.backlog(connector.session())
+        except Exception as exc:  # the drain's work is done: a metric must not undo its answer
+            if isinstance(exc, DatabaseUnavailable):
+                connector.discard()
+            self.logger.warning("backlog metrics skipped: %s", exc, exc_info=exc)
+            return
+        add("Backlog", MetricUnit.Count, backlog.due)
+        add("OldestDueAge", MetricUnit.Seconds, backlog.oldest_due_seconds)

@@ -1,0 +1,291 @@
+"""Enqueueing: validate jobs (``new_job``) and insert them on the caller's connection.
+
+Enqueueing works on the caller's connection and inside the caller's transaction, so an
+application inserts its row and its job atomically. A job type registered in this process
+contributes its defaults (``max_attempts``) and its payload model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from . import store
+from .db import DEADLOCK_DETECTED, Session, as_session, sqlstate
+from .errors import DedupeContention, InvalidJobError
+from .models import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    JOB_FIELD_NAMES,
+    MAX_DEDUPE_KEY,
+    MAX_DELAY_SECONDS,
+    MAX_INT,
+    MAX_TEXT,
+    SMALLINT,
+    EnqueueResult,
+    NewJob,
+)
+from .registry import REGISTRY
+
+# A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def new_job(
+    job_type: Any,
+    payload: Any = None,
+    *,
+    queue: Any = DEFAULT_QUEUE,
+    priority: Any = 0,
+    max_attempts: Any = DEFAULT_MAX_ATTEMPTS,
+    run_at: Any = None,
+    delay_seconds: Any = None,
+    dedupe_key: Any = None,
+    index: int | None = None,
+) -> NewJob:
+    """Validate one job's fields (``models.JOB_FIELDS``); raise InvalidJobError naming the field
+    that is wrong (and ``index``, a batch item's position)."""
+    check = _Checker(index)
+    if run_at is not None and delay_seconds is not None:
+        raise check.bad("run_at", "give run_at or delay_seconds, not both")
+    return NewJob(
+        job_type=check.text("job_type", job_type, MAX_TEXT),
+        payload_json=check.payload(payload),
+        queue=check.text("queue", queue, MAX_TEXT),
+        priority=check.integer("priority", priority, *SMALLINT),
+        max_attempts=check.integer("max_attempts", max_attempts, 1, MAX_INT),
+        run_at=check.run_at(run_at),
+        delay_seconds=check.delay(delay_seconds),
+        dedupe_key=None if dedupe_key is None else check.text("dedupe_key", dedupe_key,
+                                                               MAX_DEDUPE_KEY),
+    )
+
+
+class _Checker:
+    """The field checks of ``new_job``; each returns the value or raises naming the field."""
+
+    def __init__(self, index: int | None):
+        self.index = index
+
+    def bad(self, name: str, message: str) -> InvalidJobError:
+        return InvalidJobError(message, field=name, index=self.index)
+
+    def text(self, name: str, value: Any, limit: int) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.bad(name, "must be a non-empty string")
+        if len(value) > limit:
+            raise self.bad(name, f"must be at most {limit} characters")
+        if "\x00" in value:
+            raise self.bad(name, "must not contain NUL characters")
+        if not _is_utf8(value):
+            raise self.bad(name, "must be valid Unicode (it holds a lone surrogate)")
+        return value
+
+    def integer(self, name: str, value: Any, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.bad(name, "must be an integer")
+        if not low <= value <= high:
+            raise self.bad(name, f"must be between {low} and {high}")
+        return value
+
+    def payload(self, payload: Any) -> str:
+        try:
+            text = json.dumps({} if payload is None else payload, allow_nan=False,
+                              separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise self.bad("payload", f"must be JSON-serialisable ({exc})") from None
+        if _JSON_NUL.search(text):
+            raise self.bad("payload",
+                           "must not contain NUL characters (PostgreSQL jsonb rejects them)")
+        if "\\ud" in text and not _is_utf8(json.dumps(payload, ensure_ascii=False)):
+            raise self.bad("payload", "must be valid Unicode (it holds a lone surrogate)")
+        return text
+
+    def run_at(self, run_at: Any) -> datetime | None:
+        if run_at is None:
+            return None
+        if not isinstance(run_at, datetime):
+            raise self.bad("run_at", "must be a datetime")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise self.bad("run_at", "must carry a timezone (a naive time is ambiguous)")
+        try:
+            run_at.astimezone(UTC)
+        except OverflowError:
+            raise self.bad("run_at", "is out of range (years 1 to 9999 in UTC)") from None
+        return run_at
+
+    def delay(self, delay_seconds: Any) -> float:
+        if delay_seconds is None:
+            return 0.0
+        if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, int | float):
+            raise self.bad("delay_seconds", "must be a number")
+        # Compared before any float(): an int of 400 digits does not fit in one.
+        if not (0 <= delay_seconds <= MAX_DELAY_SECONDS):  # NaN fails this too
+            raise self.bad("delay_seconds",
+                           f"must be between 0 and {MAX_DELAY_SECONDS} (ten years)")
+        return float(delay_seconds)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def enqueue(conn: Any, job_type: str, payload: Any = None, **options: Any) -> EnqueueResult:
+    """Insert one job on ``conn`` (inside its open transaction, if any) and return its id.
+
+    Options: ``queue``, ``priority`` (lower runs first), ``max_attempts``, ``run_at`` (an aware
+    datetime) or ``delay_seconds``, ``dedupe_key``. If a live (pending or running) job holds
+    the same ``dedupe_key``, nothing is inserted and its id comes back with ``created=False``.
+    Raises InvalidJobError, inserting nothing, when a field is invalid.
+    """
+    return enqueue_many(conn, [{"job_type": job_type, "payload": payload, **options}])[0]
+
+
+def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[EnqueueResult]:
+    """Insert a batch of jobs in one statement; results are in input order.
+
+    Every job is validated first: one invalid job raises InvalidJobError (with its index) and
+    nothing is inserted. Jobs are dicts with ``new_job``'s fields, or ``NewJob`` values.
+    """
+    batch = [_validated(job, i) for i, job in enumerate(jobs)]
+    if not batch:
+        return []
+    session = as_session(conn)
+    for attempt in range(_DEADLOCK_ROUNDS):
+        try:
+            return _enqueue_validated(session, batch)
+        except Exception as exc:
+            # Inserts take their dedupe keys in one fixed order, so two pgdrain batches cannot
+            # deadlock each other; a deadlock with the application's own transactions can
+            # still happen. Retried where nothing else was lost with the statement: on a
+            # connection in autocommit. Inside a transaction, the error is the caller's.
+            if (attempt + 1 == _DEADLOCK_ROUNDS or sqlstate(exc) != DEADLOCK_DETECTED
+                    or not session.autocommitting()):
+                raise
+    raise AssertionError("unreachable")
+
+
+# A deadlock is retried once in autocommit: the server already chose this statement to fail.
+_DEADLOCK_ROUNDS = 2
+
+
+def enqueue_atomically(session: Session, jobs: Iterable[Mapping[str, Any] | NewJob]
+                       ) -> list[EnqueueResult]:
+    """``enqueue_many`` on a connection pgdrain owns, all-or-nothing.
+
+    A batch without dedupe keys is one statement. With keys it is a transaction (the lookup
+    of live duplicates, and the re-insert of a holder that finished meanwhile, commit with the
+    insert), run again from the start if the server breaks a deadlock by failing it.
+    """
+    batch = [_validated(job, i) for i, job in enumerate(jobs)]
+    if not any(job.dedupe_key for job in batch):
+        return enqueue_many(session, batch)
+    for attempt in range(_DEADLOCK_ROUNDS + 1):
+        try:
+            with session.transaction():
+                return _enqueue_validated(session, batch)
+        except Exception as exc:
+            if attempt == _DEADLOCK_ROUNDS or sqlstate(exc) != DEADLOCK_DETECTED:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _enqueue_validated(session: Session, batch: list[NewJob]) -> list[EnqueueResult]:
+    results = _insert(session, batch)
+    # Items skipped because a live job held their dedupe_key get that job's id. A holder can
+    # finish between the insert and the lookup: its key is free again, so insert those anew.
+    for _ in range(_DEDUPE_ROUNDS):
+        waiting = [i for i, r in enumerate(results) if r is None]
+        if not waiting:
+            return results  # type: ignore[return-value]
+        holders = store.live_ids(session, {batch[i].dedupe_key for i in waiting})
+        freed = []
+        for i in waiting:
+            holder = holders.get(batch[i].dedupe_key)  # type: ignore[arg-type]
+            if holder is None:
+                freed.append(i)
+            else:
+                results[i] = EnqueueResult(holder, False)
+        for i, result in zip(freed, _insert(session, [batch[i] for i in freed]), strict=True):
+            results[i] = result
+    if None not in results:
+        return results  # type: ignore[return-value]
+    raise DedupeContention(
+        "the jobs holding these dedupe keys kept finishing and being replaced while this "
+        "enqueue ran; retry it")
+
+
+# Lookups and re-inserts for a batch's duplicate keys before giving up (each round needs a
+# holder to finish in the instant between two statements; a second round is already rare).
+_DEDUPE_ROUNDS = 5
+
+
+def _insertion_order(batch: list[NewJob]) -> list[int]:
+    """The order to insert ``batch`` in: jobs without a dedupe key first, as given, then the
+    keyed ones by (length, key).
+
+    Two transactions inserting the same keys in opposite orders each wait for the other's
+    uncommitted key: a deadlock. One fixed order for every batch makes that impossible
+    between pgdrain's own inserts. Length first keeps the ``<key>:0``, ``<key>:1``, ...,
+    ``<key>:10`` keys of an Idempotency-Key batch in their given order.
+    """
+    def key(i: int) -> tuple[int, int, str, int]:
+        dedupe_key = batch[i].dedupe_key
+        if dedupe_key is None:
+            return (0, 0, "", i)
+        return (1, len(dedupe_key), dedupe_key, i)
+
+    return sorted(range(len(batch)), key=key)
+
+
+def _insert(session: Session, batch: list[NewJob]) -> list[EnqueueResult | None]:
+    """Insert ``batch`` in one statement: a result per item, None where a live job held its
+    dedupe key (or an earlier item of the batch took it)."""
+    if not batch:
+        return []
+    order = _insertion_order(batch)
+    inserted = store.insert_jobs(session, [batch[i] for i in order])
+    # Identity values are drawn in insertion order (ORDER BY ord), so the inserted rows sorted
+    # by id line up with the rows, in insertion order, that were not duplicates.
+    fresh = iter(sorted(inserted, key=lambda r: r["id"]))
+    pending_row = next(fresh, None)
+    results: list[EnqueueResult | None] = [None] * len(batch)
+    for i in order:
+        if pending_row is not None and pending_row["dedupe_key"] == batch[i].dedupe_key:
+            results[i] = EnqueueResult(pending_row["id"], True, pending_row["due"])
+            pending_row = next(fresh, None)
+    return results
+
+
+def _validated(job: Mapping[str, Any] | NewJob, index: int) -> NewJob:
+    if isinstance(job, NewJob):
+        return job
+    if not isinstance(job, Mapping):
+        raise InvalidJobError("must be an object with job_type and payload", index=index)
+    unknown = sorted(set(job) - set(JOB_FIELD_NAMES))
+    if unknown:
+        raise InvalidJobError(f"unknown field(s): {', '.join(unknown)}", index=index)
+    if "job_type" not in job:
+        raise InvalidJobError("is required", field="job_type", index=index)
+    # A handler registered in this process may declare its type's max_attempts and payload
+    # model: enqueueing from application code applies them as the enqueue function does.
+    handler = REGISTRY.get(job["job_type"]) if isinstance(job["job_type"], str) else None
+    if job.get("max_attempts") is None:
+        default = handler.max_attempts if handler and handler.max_attempts else None
+        job = {**job, "max_attempts": default or DEFAULT_MAX_ATTEMPTS}
+    if handler is not None and handler.payload_model is not None:
+        from .payload import dump, parse
+
+        payload = job.get("payload")
+        if not isinstance(payload, handler.payload_model):
+            payload = parse(handler.payload_model, {} if payload is None else payload,
+                            index=index)
+        job = {**job, "payload": dump(payload)}
+    return new_job(**job, index=index)

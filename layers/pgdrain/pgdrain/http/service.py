@@ -1,0 +1,216 @@
+"""The enqueue API's routes as plain functions: a request's parts in, a ``Response`` out.
+
+No Powertools and no AWS here: the enqueue function maps API Gateway events to these calls and
+the answers back (``functions/enqueue/app.py``), and tests call them directly. The database is
+reached through ``session()``, which the function bounds by its time left; ``ring()`` wakes the
+drain after a commit that created a due job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from .. import store
+from ..db import Session
+from ..enqueue import enqueue_atomically
+from ..errors import (
+    DatabaseTimeout,
+    DatabaseUnavailable,
+    DedupeContention,
+    InvalidJobId,
+    QueryFailed,
+)
+from ..registry import Registry
+from .requests import ApiError, Limits, parse_enqueue
+from .routes import ROUTES, allowed_methods
+
+BAD_ID = "the job id must be an integer from 1 to 9223372036854775807"
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """A log line an answer asks for: its level, message and structured fields."""
+
+    level: Literal["info", "warning", "error"]
+    message: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    error: BaseException | None = None
+    """Logged with its traceback."""
+
+
+@dataclass
+class Response:
+    """An answer: status, JSON body, extra headers, and the counts it adds to the metrics."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, int] = field(default_factory=dict)
+    ring: bool = False
+    """Whether the drain should be woken (a job due now was created or requeued)."""
+    log: LogLine | None = None
+    """The line the function logs for this answer, if any."""
+    drop_connection: bool = False
+    """Whether the database connection must be dropped (it may be mid-protocol)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What the routes read of an HTTP request (headers by lower-case name)."""
+
+    body: str | None
+    base64_encoded: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+    path_params: dict[str, str] = field(default_factory=dict)
+
+
+class EnqueueApi:
+    """The routes of the enqueue function."""
+
+    def __init__(self, *, registry: Registry, limits: Limits,
+                 session: Callable[[], Session]):
+        self.registry = registry
+        self.limits = limits
+        self.session = session
+
+    def handle(self, operation_id: str, request: Request) -> Response:
+        """Serve the route ``operation_id`` (``http.routes``); raises ApiError to refuse."""
+        if operation_id == "enqueueJobs":
+            return self.enqueue_jobs(request.body, base64_encoded=request.base64_encoded,
+                                     content_type=request.headers.get("content-type"),
+                                     idempotency_key=request.headers.get("idempotency-key"))
+        if operation_id == "getJob":
+            return self.get_job(request.path_params["id"])
+        if operation_id == "retryJob":
+            return self.retry_job(request.path_params["id"])
+        raise LookupError(f"no operation {operation_id!r} in the enqueue API")
+
+    def enqueue_jobs(self, body: str | None, *, base64_encoded: bool,
+                     content_type: str | None, idempotency_key: str | None) -> Response:
+        """``POST /jobs``: 201 with the new ids, 200 when every job was a live duplicate."""
+        request = parse_enqueue(body, base64_encoded=base64_encoded, content_type=content_type,
+                                idempotency_key=idempotency_key, registry=self.registry,
+                                limits=self.limits)
+        results = enqueue_atomically(self.session(), request.jobs)
+        created = sum(r.created for r in results)
+        answer: dict[str, Any] = {"ids": [r.id for r in results]}
+        if created < len(results):
+            answer["created"] = [r.created for r in results]
+        return Response(201 if created else 200, answer,
+                        metrics={"JobsEnqueued": created, "DuplicateJobs": len(results) - created},
+                        ring=any(r.created and r.due for r in results),
+                        log=LogLine("info", "enqueued", {
+                            "ids": answer["ids"], "jobs_created": created,
+                            "job_types": sorted({j.job_type for j in request.jobs})}))
+
+    def get_job(self, raw_id: str) -> Response:
+        """``GET /jobs/{id}``: the job, or 404."""
+        ident = job_id(raw_id)
+        job = store.get_job(self.session(), ident)
+        if job is None:
+            raise ApiError(404, f"no job with id {ident}", {"id": ident})
+        return Response(200, job_view(job), metrics={"JobLookups": 1})
+
+    def retry_job(self, raw_id: str) -> Response:
+        """``POST /jobs/{id}/retry``: a failed job pending again, or why not (404, 409)."""
+        ident = job_id(raw_id)
+        session = self.session()
+        if store.requeue_failed(session, ids=[ident]):
+            job = store.get_job(session, ident)
+            assert job is not None
+            return Response(200, job_view(job), metrics={"JobsRequeued": 1}, ring=True)
+        job = store.get_job(session, ident)
+        if job is None:
+            raise ApiError(404, f"no job with id {ident}", {"id": ident})
+        holder = job["status"] == "failed" and job["dedupe_key"] is not None and \
+            store.live_job_with_key(session, job["dedupe_key"])
+        if holder:
+            raise ApiError(409, f"job {ident}'s dedupe_key is held by live job {holder}; "
+                                "it can be retried once that job has finished",
+                           {"id": ident, "status": "failed", "held_by": holder})
+        raise ApiError(409, f"job {ident} is {job['status']}; only failed jobs can be retried",
+                       {"id": ident, "status": job["status"]})
+
+
+def job_id(raw: str) -> int:
+    """A path's job id, or ApiError 400 (before int() sees 4,300 digits)."""
+    try:
+        return store.job_id(raw)
+    except InvalidJobId:
+        raise ApiError(400, BAD_ID, {"id": raw[:64]}) from None
+
+
+def job_view(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as the API shows it: timestamps in ISO 8601, the lease token kept back."""
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in job.items()
+            if k != "lease_token"}
+
+
+def error_response(error: Exception, request_id: str | None) -> Response:
+    """The answer to a request that raised ``error``: a refusal (4xx), the database failing
+    (503), or anything else (500)."""
+    if isinstance(error, ApiError):
+        return refused(error)
+    if isinstance(error, DatabaseUnavailable | QueryFailed | DedupeContention):
+        return unavailable(error, request_id)
+    return internal_error(request_id, error)
+
+
+def refused(error: ApiError) -> Response:
+    """A refusal (4xx): what is wrong, and nothing changed."""
+    return Response(error.status, error.body(), metrics={"RequestsRefused": 1},
+                    log=LogLine("info", "request refused",
+                                {"status": error.status, "error": error.message}))
+
+
+def no_route(method: str, path: str, function: str = "enqueue") -> Response:
+    """An unknown path (404), a known path with another method (405 and ``Allow``), or the
+    right method on a path whose id no route accepts (400: the id is what is wrong)."""
+    allowed = allowed_methods(path, function)
+    if method in allowed:
+        segment = path.rstrip("/").split("/")[2] if path.count("/") >= 2 else ""
+        return Response(400, {"error": BAD_ID, "details": {"id": segment[:64]}},
+                        metrics={"RequestsRefused": 1})
+    if allowed:
+        return Response(405, {"error": f"{method} is not allowed on {path}",
+                               "details": {"allow": ", ".join(allowed)}},
+                        {"Allow": ", ".join(allowed)}, metrics={"RequestsRefused": 1})
+    routes = [f"{r.method} {r.path}" for r in ROUTES if r.function == function]
+    return Response(404, {"error": f"no route {path}", "details": {"routes": routes}},
+                    metrics={"RequestsRefused": 1})
+
+
+def unavailable(error: BaseException, request_id: str | None) -> Response:
+    """The database failed or was too slow (503): what to do, and the request id that finds
+    the details in the log. Never the server's error fields, host or user.
+
+    The request may or may not have committed: a client retrying with the same
+    Idempotency-Key gets the existing job instead of a duplicate.
+    """
+    if isinstance(error, DedupeContention):
+        return Response(503, {"error": str(error), "request_id": request_id},
+                        {"Retry-After": "1"}, metrics={"RequestsRefused": 1},
+                        log=LogLine("warning", "dedupe contention",
+                                    {"error": str(error)}))
+    log = LogLine("error", "database error", error=error)
+    if isinstance(error, DatabaseTimeout):
+        return Response(503, {"error": "the database did not answer in time; retry with the "
+                                       "same Idempotency-Key", "request_id": request_id},
+                        {"Retry-After": "1"}, metrics={"DatabaseErrors": 1}, log=log,
+                        drop_connection=True)
+    return Response(503, {"error": "the database is unavailable; retry with the same "
+                                   "Idempotency-Key", "request_id": request_id},
+                    metrics={"DatabaseErrors": 1}, log=log, drop_connection=True)
+
+
+def internal_error(request_id: str | None, error: BaseException | None = None) -> Response:
+    """Anything else (500): the request may be retried; the log has the traceback. A failure
+    while a statement was in flight can leave the connection mid-protocol: it is dropped."""
+    return Response(500, {"error": "internal error; the request may be retried with the same "
+                                   "Idempotency-Key", "request_id": request_id},
+                    metrics={"InternalErrors": 1},
+                    log=LogLine("error", "unexpected error", error=error),
+                    drop_connection=True)

@@ -1,0 +1,304 @@
+"""The store: one function per statement of the query catalogue, on a connection the caller
+passes in (a pg8000 native connection, a DB-API connection, or a ``Session``).
+
+Typed values in, typed rows out; no policy (what a failure means is ``policy``'s), no registry
+(which job types exist is the caller's business). Every finishing write goes through
+``finish_many``, guarded by the claim (status ``running`` and the claim's lease token), and
+reports the writes that were stale.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .db import UNIQUE_VIOLATION, Session, as_session, sqlstate
+from .errors import InvalidJobId
+from .models import (
+    MAX_ERROR_CHARS,
+    MAX_JOB_ID,
+    Backlog,
+    ExpiredLease,
+    Finish,
+    Job,
+    NewJob,
+    Outcome,
+    QueueStats,
+    Written,
+)
+
+# Lock ids for pg_advisory_xact_lock; arbitrary but fixed ("pgdrain" in ASCII, then a number).
+JANITOR_LOCK_KEY = 0x70676472_61696E01
+MIGRATION_LOCK_KEY = 0x70676472_61696E02
+# The Backlog metric counts due jobs up to this many: enough for an alarm, and a bounded read.
+BACKLOG_CAP = 10_000
+
+
+# --- enqueue ------------------------------------------------------------------------------------
+
+
+def insert_jobs(conn: Any, rows: Sequence[NewJob]) -> list[dict[str, Any]]:
+    """Insert ``rows`` in the given order, skipping any whose dedupe key a live job (or an
+    earlier row) holds: ``{"id", "dedupe_key", "due"}`` per inserted row, in no set order."""
+    if not rows:
+        return []
+    return as_session(conn).rows(
+        "job_enqueue_batch",
+        job_types=[j.job_type for j in rows],
+        payloads=[j.payload_json for j in rows],
+        queues=[j.queue for j in rows],
+        priorities=[j.priority for j in rows],
+        max_attempts=[j.max_attempts for j in rows],
+        run_ats=[j.run_at for j in rows],
+        delays=[j.delay_seconds for j in rows],
+        dedupe_keys=[j.dedupe_key for j in rows],
+    )
+
+
+def live_ids(conn: Any, keys: set[str | None]) -> dict[str, int]:
+    """Ids of the live (pending or running) jobs holding ``keys``, read by a fresh statement
+    (which also sees a holder committed after an earlier statement's snapshot)."""
+    rows = as_session(conn).rows("job_get_live_by_dedupe_keys",
+                                 dedupe_keys=sorted(k for k in keys if k is not None))
+    return {r["dedupe_key"]: r["id"] for r in rows}
+
+
+def live_job_with_key(conn: Any, dedupe_key: str) -> int | None:
+    """The id of the live (pending or running) job holding ``dedupe_key``, if any."""
+    return live_ids(conn, {dedupe_key}).get(dedupe_key)
+
+
+# --- claim and finish ---------------------------------------------------------------------------
+
+
+def claim(
+    conn: Any,
+    *,
+    batch_size: int,
+    lease_seconds: float,
+    queues: Sequence[str] | None = None,
+) -> list[Job]:
+    """Claim up to ``batch_size`` due jobs for ``lease_seconds``, in (priority, run_at, id) order.
+
+    One statement, committed at once (run it outside a transaction): the jobs are ``running``,
+    their attempt spent, and each carries the ``lease_token`` its finishing write must present.
+    A job whose claim was lost before comes alone (see the catalogue). Payloads are decoded
+    job by job: one Python cannot hold has ``payload_error`` set instead.
+    """
+    rows = as_session(conn).rows(
+        "job_claim_batch", batch_size=batch_size, lease_seconds=lease_seconds,
+        queues=list(queues) if queues else None,
+    )
+    return [_claimed_job(row) for row in rows]
+
+
+def claim_alone(conn: Any, *, lease_seconds: float, queues: Sequence[str] | None = None
+                ) -> Job | None:
+    """Claim one due job whose claim was lost before, alone, its start recorded (None if
+    there is none): see ``policy.after_lost_lease``."""
+    row = as_session(conn).one("job_claim_alone", lease_seconds=lease_seconds,
+                               queues=list(queues) if queues else None)
+    return None if row is None else _claimed_job(row)
+
+
+def _claimed_job(row: dict[str, Any]) -> Job:
+    payload, row["payload_error"] = decode_json(row["payload"])
+    row["payload"] = payload
+    return Job(**row)
+
+
+def decode_json(text: str | None) -> tuple[Any, str | None]:
+    """A JSON column read as text, decoded: ``(value, None)``, or ``(None, why)`` when
+    Python cannot hold it (PostgreSQL's jsonb accepts numbers of any size and any depth)."""
+    if text is None:
+        return None, None
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "the stored JSON is nested too deeply to decode"
+    except MemoryError:
+        return None, (f"the stored JSON ({len(text):,} characters) does not fit in this "
+                      "process's memory once decoded")
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        return None, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
+
+
+def finish_many(conn: Any, finishes: Sequence[Finish]) -> Written:
+    """Write how claims ended, in one statement; ``stale`` lists those whose claim was lost."""
+    if not finishes:
+        return Written()
+    if all(f.outcome is Outcome.DONE for f in finishes):  # the fast path: see the catalogue
+        rows = as_session(conn).rows("job_complete_batch", ids=[f.id for f in finishes],
+                                     tokens=[f.lease_token for f in finishes])
+        return _written([f.id for f in finishes], rows)
+    rows = as_session(conn).rows(
+        "job_finish_batch",
+        ids=[f.id for f in finishes],
+        tokens=[f.lease_token for f in finishes],
+        outcomes=[f.outcome.value for f in finishes],
+        delays=[f.delay_seconds for f in finishes],
+        errors=[None if f.error is None else error_text(f.error) for f in finishes],
+    )
+    return _written([f.id for f in finishes], rows)
+
+
+def _written(ids: list[int], rows: list[dict[str, Any]]) -> Written:
+    changed = {r["id"] for r in rows}
+    return Written(ids=tuple(i for i in ids if i in changed),
+                   stale=tuple(i for i in ids if i not in changed))
+
+
+def error_text(error: str) -> str:
+    """An error message fit to store: valid UTF-8 without NUL, at most MAX_ERROR_CHARS."""
+    error = error.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+    return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def complete(conn: Any, jobs: Sequence[Job]) -> Written:
+    """Mark claimed jobs ``done``; ``stale`` lists those whose claim was lost."""
+    return finish_many(conn, [Finish.done(j) for j in jobs])
+
+
+def release(conn: Any, jobs: Sequence[Job]) -> Written:
+    """Hand claimed jobs that never started back to ``pending``, refunding their attempt."""
+    return finish_many(conn, [Finish.release(j) for j in jobs])
+
+
+def snooze(conn: Any, job: Job, delay_seconds: float) -> bool:
+    """Put a claimed job back to ``pending`` after ``delay_seconds``, refunding its attempt."""
+    return bool(finish_many(conn, [Finish.snooze(job, delay_seconds)]).ids)
+
+
+def retry(conn: Any, job: Job, error: str, delay_seconds: float) -> bool:
+    """Put a claimed job back to ``pending`` after ``delay_seconds``; False if stale."""
+    return bool(finish_many(conn, [Finish.retry(job, error, delay_seconds)]).ids)
+
+
+def fail(conn: Any, job: Job, error: str) -> bool:
+    """Dead-letter a claimed job with its error; False if the write was stale."""
+    return bool(finish_many(conn, [Finish.fail(job, error)]).ids)
+
+
+# --- the janitor's statements ------------------------------------------------------------------
+
+
+def try_janitor_lock(session: Session) -> tuple[bool, bool]:
+    """Take the janitor's transaction-scoped lock without waiting (False if another has it),
+    and say whether a job to claim alone is due."""
+    row = session.one("janitor_try_lock", lock_key=JANITOR_LOCK_KEY)
+    assert row is not None
+    return bool(row["locked"]), bool(row["alone_due"])
+
+
+def expired_leases(session: Session, *, limit: int) -> list[ExpiredLease]:
+    """Running jobs whose lease ran out, oldest first, locked (SKIP LOCKED)."""
+    return [ExpiredLease(**row) for row in session.rows("janitor_select_expired", limit=limit)]
+
+
+def purge_done(session: Session, *, retention_seconds: float, limit: int) -> int:
+    """Delete up to ``limit`` done jobs older than the retention; how many went."""
+    row = session.one("job_purge_done_batch", retention_seconds=retention_seconds, limit=limit)
+    return row["purged"] if row else 0
+
+
+def vacuum_due(session: Session, *, dead_tuples: int, interval_seconds: float) -> bool:
+    """Whether enough dead row versions piled up to vacuum, for a role that may."""
+    row = session.one("jobs_vacuum_due", dead_tuples=dead_tuples,
+                      interval_seconds=interval_seconds)
+    return bool(row and row["due"])
+
+
+def vacuum(session: Session) -> None:
+    """``VACUUM (SKIP_LOCKED) jobs``; outside any transaction."""
+    session.rows("jobs_vacuum")
+
+
+# --- operators' reads and writes ---------------------------------------------------------------
+
+
+def job_id(value: Any) -> int:
+    """``value`` (an int, or a string of ASCII digits) as a job id, or InvalidJobId."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_JOB_ID:
+        return int(value)  # an IntEnum too, as a plain int
+    raise InvalidJobId(f"a job id is an integer from 1 to {MAX_JOB_ID}, not {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    # repr() of an int past 4,300 digits raises ValueError; a long string is cut short.
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def get_job(conn: Any, ident: int) -> dict[str, Any] | None:
+    """One job with its status, lease and error history, or None.
+
+    ``payload`` and ``errors`` are decoded; one that Python cannot hold (plain SQL may store
+    a 5,000-digit number) is None, with ``payload_error`` / ``errors_error`` saying why.
+    """
+    row = as_session(conn).one("job_get", id=job_id(ident))
+    if row is None:
+        return None
+    for column in ("payload", "errors"):
+        row[column], problem = decode_json(row[column])
+        if problem:
+            row[f"{column}_error"] = problem
+    return row
+
+
+def requeue_failed(
+    conn: Any,
+    *,
+    ids: Sequence[int] | None = None,
+    job_type: str | None = None,
+    queue: str | None = None,
+) -> list[int]:
+    """Give failed jobs a fresh set of attempts, due now; returns the requeued ids.
+
+    Filters combine; with none, every failed job is requeued. A failed job whose
+    ``dedupe_key`` a live job holds stays failed (``live_job_with_key`` names the holder); of
+    failed jobs sharing a free key, only the newest is requeued.
+    """
+    session = as_session(conn)
+    params = {"ids": None if ids is None else [job_id(i) for i in ids], "job_type": job_type,
+              "queue": queue}
+    for attempt in range(_REQUEUE_ROUNDS):
+        try:
+            rows = session.rows("job_requeue_failed", **params)
+            return sorted(r["id"] for r in rows)
+        except Exception as exc:
+            # A concurrent enqueue or requeue made a key live after this statement's snapshot
+            # (unique violation): a fresh statement sees it and skips that job. Only on a
+            # connection in autocommit: inside the caller's transaction, the error is theirs.
+            if (attempt + 1 == _REQUEUE_ROUNDS or sqlstate(exc) != UNIQUE_VIOLATION
+                    or not session.autocommitting()):
+                raise
+    raise AssertionError("unreachable")
+
+
+_REQUEUE_ROUNDS = 3
+
+
+def backlog(conn: Any, *, cap: int = BACKLOG_CAP) -> Backlog:
+    """Due pending jobs (counted up to ``cap``) and the age of the oldest, through the claim's
+    index: a bounded read whatever the size of the finished history."""
+    row = as_session(conn).one("job_backlog", cap=cap)
+    assert row is not None
+    return Backlog(due=row["due"], oldest_due_seconds=row["oldest_due_seconds"])
+
+
+def stats(conn: Any) -> QueueStats:
+    """Counts by queue and status, and how long the oldest due pending job has waited (a scan
+    of the whole table: for operators, not for every drain)."""
+    session = as_session(conn)
+    counts: dict[str, dict[str, int]] = {}
+    for row in session.rows("job_stats_by_status"):
+        counts.setdefault(row["queue"], {})[row["status"]] = row["jobs"]
+    lag = session.one("job_oldest_due_age")
+    assert lag is not None
+    return QueueStats(counts=counts, due=lag["due"], oldest_due_seconds=lag["oldest_due_seconds"])
+

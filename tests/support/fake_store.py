@@ -1,0 +1,154 @@
+"""An in-memory stand-in for the drain's store, with the same guards as the SQL.
+
+Jobs are dicts; every claim stamps a fresh lease token and every finishing write is applied
+only while the job is ``running`` under that token, as ``job_finish_batch`` does. The contract
+test (tests/integration/test_store_contract.py) runs the same story against this and against
+PostgreSQL, so the two cannot drift apart unnoticed. Time is a fake clock the test advances.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pgdrain.models import Finish, JanitorResult, Job, Outcome, Written
+from pgdrain.policy import DEFAULT_POLICY, Fail, Refund, after_lost_lease
+
+
+@dataclass
+class FakeStore:
+    """What ``pgdrain.drain`` needs of a store; ``calls`` records each operation's name."""
+
+    now: datetime = field(default_factory=lambda: datetime(2030, 1, 1, tzinfo=UTC))
+    jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    fail_next: list[BaseException] = field(default_factory=list)
+    """Errors the next operations raise, one each (a database failure, a timeout)."""
+    connected: bool = False
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    # --- the test's side ---------------------------------------------------------------------
+
+    def add(self, job_type: str, payload: Any = None, *, max_attempts: int = 3,
+            priority: int = 0, lost_claims: int = 0, delay: float = 0.0,
+            queue: str = "default") -> int:
+        ident = next(self._ids)
+        self.jobs[ident] = {
+            "id": ident, "job_type": job_type, "payload": {} if payload is None else payload,
+            "status": "pending", "attempts": 0, "max_attempts": max_attempts,
+            "priority": priority, "run_at": self.now + timedelta(seconds=delay),
+            "created_at": self.now, "queue": queue, "lease_token": None,
+            "lease_expires_at": None, "lost_claims": lost_claims, "started": False,
+            "errors": [], "last_error": None}
+        return ident
+
+    def status(self, ident: int) -> tuple[str, int]:
+        return self.jobs[ident]["status"], self.jobs[ident]["attempts"]
+
+    def _step(self, name: str) -> None:
+        self.calls.append(name)
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+
+    # --- the drain's side --------------------------------------------------------------------
+
+    def open(self, deadline: float) -> None:
+        self._step("open")
+        self.connected = True
+
+    def discard(self) -> None:
+        self.calls.append("discard")
+        self.connected = False
+
+    def janitor(self, settings: Any, registry: Any) -> JanitorResult:
+        self._step("janitor")
+        reclaimed = failed = refunded = 0
+        for job in self.jobs.values():
+            if job["status"] != "running" or job["lease_expires_at"] > self.now:
+                continue
+            handler = registry.get(job["job_type"])
+            decision = after_lost_lease(job["attempts"], job["max_attempts"], settings.backoff,
+                                        started=job["started"],
+                                        policy=handler.policy if handler else DEFAULT_POLICY)
+            token = job["lease_token"]
+            if isinstance(decision, Refund):
+                self._apply(Finish(job["id"], token, Outcome.REFUND))
+                refunded += 1
+            elif isinstance(decision, Fail):
+                self._apply(Finish(job["id"], token, Outcome.FAIL, error="lease expired"))
+                failed += 1
+                continue
+            else:
+                self._apply(Finish(job["id"], token, Outcome.RETRY, decision.delay_seconds,
+                                   "lease expired"))
+            reclaimed += 1
+        alone = any(j["status"] == "pending" and j["lost_claims"] for j in self.jobs.values())
+        return JanitorResult(ran=True, reclaimed=reclaimed, failed=failed, refunded=refunded,
+                             alone_due=alone)
+
+    def vacuum_if_due(self, settings: Any) -> bool:
+        self._step("vacuum_if_due")
+        return False
+
+    def claim(self, *, batch_size: int, lease_seconds: float,
+              queues: Sequence[str] | None) -> list[Job]:
+        self._step("claim")
+        due = self._due(queues, alone=False)
+        return [self._claim(j, lease_seconds, started=False) for j in due[:batch_size]]
+
+    def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
+        self._step("claim_alone")
+        due = self._due(queues, alone=True)
+        return self._claim(due[0], lease_seconds, started=True) if due else None
+
+    def _due(self, queues: Sequence[str] | None, *, alone: bool) -> list[dict[str, Any]]:
+        """Due pending jobs in claim order; with ``alone``, those with a lost claim (which
+        the batch claim leaves alone)."""
+        return sorted((j for j in self.jobs.values()
+                       if j["status"] == "pending" and j["run_at"] <= self.now
+                       and bool(j["lost_claims"]) is alone
+                       and (not queues or j["queue"] in queues)),
+                      key=lambda j: (j["priority"], j["run_at"], j["id"]))
+
+    def _claim(self, job: dict[str, Any], lease_seconds: float, *, started: bool) -> Job:
+        job.update(status="running", attempts=job["attempts"] + 1, started=started,
+                   lease_token=str(uuid.uuid4()),
+                   lease_expires_at=self.now + timedelta(seconds=lease_seconds))
+        return Job(id=job["id"], job_type=job["job_type"], payload=job["payload"],
+                   attempts=job["attempts"], max_attempts=job["max_attempts"],
+                   queue=job["queue"], priority=job["priority"], run_at=job["run_at"],
+                   created_at=job["created_at"], claimed_at=self.now,
+                   lease_expires_at=job["lease_expires_at"], lease_token=job["lease_token"],
+                   lost_claims=job["lost_claims"])
+
+    def finish_many(self, finishes: Sequence[Finish]) -> Written:
+        self._step("finish_many")
+        changed = [f.id for f in finishes if self._apply(f)]
+        return Written(ids=tuple(changed),
+                       stale=tuple(f.id for f in finishes if f.id not in changed))
+
+    def _apply(self, finish: Finish) -> bool:
+        """``job_finish_batch`` for one row: guarded by the claim."""
+        job = self.jobs.get(finish.id)
+        if job is None or job["status"] != "running" or job["lease_token"] != finish.lease_token:
+            return False
+        outcome = finish.outcome
+        job["status"] = {"done": "done", "fail": "failed"}.get(outcome.value, "pending")
+        if outcome in (Outcome.SNOOZE, Outcome.RELEASE, Outcome.REFUND):
+            job["attempts"] = max(job["attempts"] - 1, 0)
+        if outcome is Outcome.REFUND:
+            job["lost_claims"] += 1
+        if outcome in (Outcome.RETRY, Outcome.SNOOZE):
+            job["run_at"] = self.now + timedelta(seconds=finish.delay_seconds)
+        if outcome in (Outcome.RETRY, Outcome.FAIL):
+            job["last_error"] = finish.error
+            job["errors"].append({"attempt": job["attempts"], "error": finish.error})
+        job.update(lease_token=None, lease_expires_at=None, started=False)
+        return True
+
+    def session(self) -> Any:
+        raise NotImplementedError("transactional handlers need PostgreSQL")
