@@ -37,8 +37,10 @@ soak: $(STAMP) ## the reliability suite at ten times its CI size (RELIABILITY_SC
 	RELIABILITY_SCALE=$${RELIABILITY_SCALE:-10} PGDRAIN_FUZZ_EXAMPLES=$${PGDRAIN_FUZZ_EXAMPLES:-1000} \
 	  $(BIN)/python -m pytest tests/reliability -s
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff (complexity included), the import contracts, mypy --strict on pgdrain
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 migrate: $(STAMP) ## apply migrations to DATABASE_URL
 	$(BIN)/pgdrain migrate
@@ -67,4 +69,4 @@ clean: ## remove the virtual environments, caches and build output
 
 .PHONY: openapi
 openapi: $(STAMP) ## write docs/openapi.json (the enqueue API) from the code
-	$(BIN)/python -m pgdrain.openapi --output docs/openapi.json
+	$(BIN)/python -m pgdrain.http.openapi --output docs/openapi.json
