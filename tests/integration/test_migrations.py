@@ -48,4 +48,22 @@ def test_indexes_exist(sql):
     indexes = {r["indexname"] for r in sql("SELECT indexname FROM pg_indexes "
                                            "WHERE tablename = 'jobs'")}
     assert {"jobs_pending_idx", "jobs_running_lease_idx", "jobs_done_finished_idx",
-            "jobs_dedupe_key_live_idx"} <= indexes
+            "jobs_dedupe_key_live_idx", "jobs_alone_idx"} <= indexes
+
+
+def test_a_database_at_an_earlier_version_gets_only_the_later_migrations(empty_database_url):
+    conn = connect(empty_database_url)
+    try:
+        first_two = [m for m in migrations() if m[0] <= 2]
+        conn.run("CREATE TABLE pgdrain_migrations (version int PRIMARY KEY, name text NOT NULL, "
+                 "applied_at timestamptz NOT NULL DEFAULT now())")
+        for version, name, sql in first_two:
+            conn.run(sql)
+            conn.run("INSERT INTO pgdrain_migrations (version, name) VALUES (:v, :n)",
+                     v=version, n=name)
+        later = [f"{v:04d}_{n}" for v, n, _ in migrations() if v > 2]
+        assert later and migrate(conn) == later
+        assert conn.run("SELECT count(*) FROM pg_indexes WHERE indexname = 'jobs_alone_idx'") \
+            == [[1]]
+    finally:
+        conn.close()

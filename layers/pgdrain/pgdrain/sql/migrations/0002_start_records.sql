@@ -20,9 +20,3 @@
 ALTER TABLE jobs
     ADD COLUMN lost_claims int NOT NULL DEFAULT 0,
     ADD COLUMN started_at  timestamptz;
-
--- Jobs to claim alone: empty but for the rare job whose claim was lost, so the claim finds one
--- with an index probe, and only such jobs' writes touch this index. (Building it reads the
--- whole table once, under a lock that holds writes back: seconds on a table of millions.)
-CREATE INDEX jobs_alone_idx ON jobs (priority, run_at, id)
-    WHERE status = 'pending' AND lost_claims > 0;
