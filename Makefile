@@ -70,3 +70,7 @@ clean: ## remove the virtual environments, caches and build output
 .PHONY: openapi
 openapi: $(STAMP) ## write docs/openapi.json (the enqueue API) from the code
 	$(BIN)/python -m pgdrain.http.openapi --output docs/openapi.json
+
+.PHONY: backlog
+backlog: $(STAMP) ## drain a 10,000-job backlog of 200 ms jobs through the local Lambda Invoke stand-in (fan-out, continuation)
+	$(BIN)/python bench/backlog.py --jobs $(or $(JOBS),10000) --max-drains $(or $(MAX_DRAINS),4 16)

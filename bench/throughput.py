@@ -41,17 +41,20 @@ CREATE INDEX IF NOT EXISTS seed_jobs_pending_idx ON seed_jobs (run_at) WHERE sta
 """
 
 QUIET = {"POWERTOOLS_LOG_LEVEL": "WARNING"}  # no "jobs done" lines, failures only
-# (label, worker mode, processes, batch size, extra environment)
+# (label, worker mode, processes, batch size or None for the default, extra environment)
 CONFIGS = [
     ("seed worker (1 process)", "seed", 1, 1, {}),
     ("seed worker (4 processes)", "seed", 4, 1, {}),
-    ("drain function, 1 process, batch 100", "drain", 1, 100, {}),
-    ("drain function, 2 processes, batch 100", "drain", 2, 100, {}),
-    ("drain function, 4 processes, batch 100", "drain", 4, 100, {}),
-    ("drain function, 8 processes, batch 100", "drain", 8, 100, {}),
-    ("drain function, 4 processes, batch 10", "drain", 4, 10, {}),
+    ("drain function, 1 process, defaults", "drain", 1, None, {}),
+    ("drain function, 4 processes, defaults", "drain", 4, None, {}),
+    ("drain function, 4 processes, defaults, logs off", "drain", 4, None, QUIET),
+    ("drain function, 4 processes, concurrency 1", "drain", 4, None,
+     {"PGDRAIN_CONCURRENCY": "1"}),
+    ("drain function, 4 processes, concurrency 50", "drain", 4, None,
+     {"PGDRAIN_CONCURRENCY": "50"}),
     ("drain function, 4 processes, batch 500", "drain", 4, 500, {}),
-    ("drain function, 4 processes, batch 100, logs off", "drain", 4, 100, QUIET),
+    ("drain function, 8 processes, defaults", "drain", 8, None, {}),
+    ("bare claim loop, 1 process, batch 100", "bare", 1, 100, {}),
     ("bare claim loop, 4 processes, batch 100", "bare", 4, 100, {}),
 ]
 
@@ -63,10 +66,13 @@ def fill(conn, mode: str, jobs: int) -> None:
     conn.run(f"VACUUM ANALYZE {table}")
 
 
-def run_once(url: str, mode: str, processes: int, batch: int, extra: dict[str, str]) -> float:
+def run_once(url: str, mode: str, processes: int, batch: int | None,
+             extra: dict[str, str]) -> float:
     env = {**os.environ, **extra, "DATABASE_URL": url, "PGDRAIN_JOBS": "bench.jobs",
-           "PGDRAIN_BATCH_SIZE": str(batch), "BATCH": str(batch),
-           "PGDRAIN_MAX_JOBS": "100000", "PGDRAIN_RETENTION_SECONDS": "86400"}
+           "BATCH": str(batch or 1), "PGDRAIN_MAX_JOBS": "100000",
+           "PGDRAIN_RETENTION_SECONDS": "86400"}
+    if batch is not None:
+        env["PGDRAIN_BATCH_SIZE"] = str(batch)
     # The functions' logs go to /dev/null, as in Lambda they leave the process for the platform:
     # no reader here competes with the workers for the two CPUs. Markers come on stderr.
     workers = [subprocess.Popen([sys.executable, str(ROOT / "bench" / "worker.py"), mode],
@@ -132,15 +138,24 @@ def run(conn, url: str, args: argparse.Namespace) -> None:
             rates[label].append(args.jobs / seconds)
             print(f"round {round_no + 1}: {label}: {args.jobs / seconds:,.0f} jobs/s",
                   file=sys.stderr, flush=True)
-    seed = statistics.median(rates[configs[0][0]])
+    medians = {label: statistics.median(rates[label]) for label in rates}
+
+    def same_count(mode: str, processes: int) -> float | None:
+        found = [medians[label] for label, m, p, *_ in configs if m == mode and p == processes]
+        return found[0] if found else None
+
     print(f"\n{args.jobs:,} no-op jobs, PostgreSQL {version}, median of {args.rounds} "
-          f"interleaved rounds, {os.cpu_count()} CPUs\n")
-    print("| configuration | jobs/s (median) | runs | ratio to the seed worker (1 process) |")
-    print("|---|---:|---|---:|")
-    for label, *_ in configs:
-        median = statistics.median(rates[label])
+          f"interleaved rounds, {os.cpu_count()} CPUs. Ratios compare equal process counts.\n")
+    print("| configuration | jobs/s (median) | runs | vs the seed worker, same processes "
+          "| vs the bare claim loop, same processes |")
+    print("|---|---:|---|---:|---:|")
+    for label, mode, processes, *_ in configs:
+        median = medians[label]
         runs = ", ".join(f"{r:,.0f}" for r in rates[label])
-        print(f"| {label} | {median:,.0f} | {runs} | {median / seed:.1f} |")
+        seed, bare = same_count("seed", processes), same_count("bare", processes)
+        vs_seed = f"{median / seed:.1f}x" if seed and mode != "seed" else "-"
+        vs_bare = f"{median / bare:.0%}" if bare and mode == "drain" else "-"
+        print(f"| {label} | {median:,.0f} | {runs} | {vs_seed} | {vs_bare} |")
 
 
 if __name__ == "__main__":

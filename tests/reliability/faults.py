@@ -55,7 +55,10 @@ def start_drain(database_url: str, timeout: float = 60, **env: str) -> subproces
     """
     environment = {**os.environ, "DATABASE_URL": database_url, "PGDRAIN_JOBS": RECORDING_JOBS,
                    "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_SERVICE_NAME": "pgdrain-faults",
-                   "PGDRAIN_BACKOFF_BASE_SECONDS": "0", "PGDRAIN_BACKOFF_JITTER": "0", **env}
+                   "PGDRAIN_BACKOFF_BASE_SECONDS": "0", "PGDRAIN_BACKOFF_JITTER": "0",
+                   # Two handlers at once: the concurrent loop, with work that lasts long
+                   # enough (2 s) for a fault to land mid-drain.
+                   "PGDRAIN_CONCURRENCY": "2", **env}
     return subprocess.Popen([sys.executable, str(RUN_DRAIN), str(timeout)], env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 
 import pgdrain
@@ -28,14 +29,16 @@ CREATE TABLE IF NOT EXISTS executions (
 )
 """
 
-_conn = None
+# One connection per thread: handlers run on the drain's worker threads at once, and a pg8000
+# connection serves one thread at a time.
+_local = threading.local()
 
 
 def _db():
-    global _conn
-    if _conn is None:
-        _conn = connect(os.environ["DATABASE_URL"])
-    return _conn
+    conn = getattr(_local, "conn", None)
+    if conn is None:
+        conn = _local.conn = connect(os.environ["DATABASE_URL"])
+    return conn
 
 
 def _started(job: pgdrain.Job) -> int:

@@ -32,7 +32,7 @@ function_env = function_fixtures.function_env
 load_function = function_fixtures.load_function
 
 JOBS = 40
-SECONDS = 0.1  # per job: 4 s of work in batches of 10, so a fault lands mid-drain
+SECONDS = 0.1  # per job: 2 s of work, two at a time, so a fault lands mid-drain
 
 
 @pytest.fixture

@@ -35,8 +35,14 @@ MARGIN = 0.2
 TOLERANCE = 0.05
 RECORDING_ALLOWANCE = 0.1
 JOB_TYPES = {"record-fit": 0.4, "record-overrun": 0.15}
+# One handler at a time, on the drain's thread, where the time limit (SIGALRM) interrupts a
+# sleep or a blocking read at once: that is what lets every execution end by the deadline
+# minus the margin. On worker threads (PGDRAIN_CONCURRENCY > 1) a blocking call is left only
+# when it returns, and a handler still running past its limit is a runaway, recorded as timed
+# out and counted ``abandoned`` if it outlives the drain (tests/integration/
+# test_drain_concurrency.py).
 ENV = {"PGDRAIN_SAFETY_MARGIN_SECONDS": str(MARGIN), "PGDRAIN_LEASE_SECONDS": "10",
-       "PGDRAIN_BATCH_SIZE": "5"}
+       "PGDRAIN_BATCH_SIZE": "5", "PGDRAIN_CONCURRENCY": "1"}
 
 
 def _plan(rng, queue: str, runs: int) -> dict:

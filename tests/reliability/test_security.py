@@ -326,12 +326,13 @@ def happy_path(load_function: Callable[..., Any], admin_sql: Callable[..., Any],
         "reclaimed": 1, "purged": 1, "claimed": 8, "done": 4, "retried": 1, "failed": 2,
         "snoozed": 1, "stale": 0}, summary
 
-    # Release: after a 1 s job, the next one's 5 s budget no longer fits in the time left
-    # (7 s less the margin), so it is handed back.
+    # Release: one at a time, after a 1 s job the next one's 5 s budget no longer fits in the
+    # time left (7 s less the margin), so it is handed back.
     sleeper = {"job_type": "test-sleep", "payload": {"seconds": 1}}
     status, body = _call(enqueue, _post({"jobs": [sleeper, sleeper]}))
     assert status == 201, body
-    hurried = load_function("drain", DATABASE_URL=drain_url, PGDRAIN_SAFETY_MARGIN_SECONDS="1")
+    hurried = load_function("drain", DATABASE_URL=drain_url, PGDRAIN_SAFETY_MARGIN_SECONDS="1",
+                            PGDRAIN_CONCURRENCY="1", PGDRAIN_BATCH_SIZE="2")
     summary = _call(hurried, load_event("drain_direct.json"), LambdaContext(timeout_seconds=7))
     assert (summary["claimed"], summary["done"], summary["released"]) == (2, 1, 1), summary
 

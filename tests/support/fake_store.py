@@ -29,6 +29,8 @@ class FakeStore:
     fail_next: list[BaseException] = field(default_factory=list)
     """Errors the next operations raise, one each (a database failure, a timeout)."""
     connected: bool = False
+    slots_taken: set[int] = field(default_factory=set)
+    """Drain slots held (by this drain, or set by a test as other drains')."""
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     # --- the test's side ---------------------------------------------------------------------
@@ -152,3 +154,28 @@ class FakeStore:
 
     def session(self) -> Any:
         raise NotImplementedError("transactional handlers need PostgreSQL")
+
+    def lend(self, deadline: float) -> Any:
+        raise NotImplementedError("transactional handlers need PostgreSQL")
+
+    def give_back(self, session: Any, *, broken: bool) -> None:
+        raise NotImplementedError("transactional handlers need PostgreSQL")
+
+    def take_slot(self, slots: int) -> int | None:
+        self._step("take_slot")
+        free = [s for s in range(slots) if s not in self.slots_taken]
+        if not free:
+            return None
+        self.slots_taken.add(free[0])
+        return free[0]
+
+    def give_back_slot(self, slot: int) -> None:
+        self._step("give_back_slot")
+        self.slots_taken.discard(slot)
+
+    def drains_running(self) -> int:
+        return len(self.slots_taken)
+
+    def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
+        self.calls.append("due")
+        return min(limit, len(self._due(queues, alone=False)) + len(self._due(queues, alone=True)))

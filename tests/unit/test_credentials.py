@@ -321,6 +321,10 @@ def test_iam_without_aws_credentials(monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # boto3's default session keeps the credentials it found for an earlier test's client.
+    import boto3
+
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     credentials.clear_cache()
     try:
         with pytest.raises(DatabaseConnectError, match="could not make an RDS IAM token for app "

@@ -19,7 +19,9 @@ from pgdrain.policy import Backoff
 from pgdrain.registry import Registry
 from tests.support.fake_store import FakeStore
 
-SETTINGS = pgdrain.Settings(safety_margin_seconds=0.5, backoff=Backoff(2, 60, jitter=0))
+# One handler at a time on the drain's thread (the concurrent loop: test_drain_concurrent.py).
+SETTINGS = pgdrain.Settings(safety_margin_seconds=0.5, backoff=Backoff(2, 60, jitter=0),
+                            concurrency=1, batch_size=10)
 
 
 def clock(seconds: float) -> Callable[[], float]:
@@ -53,10 +55,20 @@ def test_janitor_then_claims_until_empty(registry):
     ids = [store.add("ok") for _ in range(25)]
     summary = run(store, registry)
     assert (summary.claimed, summary.done, summary.stopped) == (25, 25, "empty")
-    assert store.calls[:3] == ["open", "janitor", "vacuum_if_due"]
-    # Batches of PGDRAIN_BATCH_SIZE (10), each written in one statement, and a last empty claim.
-    assert store.calls[3:] == ["claim", "finish_many"] * 3 + ["claim"]
+    assert store.calls[:4] == ["open", "take_slot", "janitor", "vacuum_if_due"]
+    # The first claim takes what one slot can start; once jobs have shown their pace, fast
+    # ones come in full batches (PGDRAIN_BATCH_SIZE, 10 here), each written in one
+    # statement; then a last empty claim, and the drain's slot is given back.
+    assert store.calls[4:] == ["claim", "finish_many"] * 4 + ["claim", "give_back_slot"]
     assert [store.status(i) for i in ids] == [("done", 1)] * 25
+
+
+def test_a_drain_with_no_free_slot_returns_at_once(registry):
+    store = FakeStore(slots_taken={0, 1})
+    store.add("ok")
+    summary = run(store, registry, max_drains=2)
+    assert (summary.stopped, summary.claimed) == ("busy", 0)
+    assert store.calls == ["open", "take_slot"]
 
 
 def test_max_jobs_stops_the_drain(registry):
@@ -140,7 +152,9 @@ def test_a_slow_job_is_recorded_before_the_next_starts():
     for _ in range(3):
         store.add("slow")
     run(store, registry)
-    assert seen == [["running"] * 3, ["done", "running", "running"],
+    # Slow jobs are claimed one by one (one slot, and their pace gives no time to run more
+    # while a claim is on its way): none waits claimed behind another.
+    assert seen == [["running", "pending", "pending"], ["done", "running", "pending"],
                     ["done", "done", "running"]]
 
 
@@ -155,7 +169,9 @@ def test_fast_jobs_share_one_write():
     for _ in range(5):
         store.add("fast")
     run(store, registry)
-    assert seen == [0] * 5 and store.calls.count("finish_many") == 1
+    # The first job comes alone (its pace unknown) and is written at the end of its claim;
+    # the other four, claimed together, share one write.
+    assert seen == [0, 1, 1, 1, 1] and store.calls.count("finish_many") == 2
 
 
 def test_a_lost_claim_makes_the_write_stale(registry):
@@ -253,7 +269,8 @@ def test_a_failed_write_hands_back_nothing_it_did_not_run(registry):
     store._step = _failing_at(store, "finish_many", DatabaseUnavailable("gone"))
     summary = run(store, registry)
     assert summary.stopped == "database_error" and summary.done == 0
-    assert [store.status(i) for i in ids] == [("running", 1)] * 3
+    # The first claim (one job) could not be written; the others were never claimed.
+    assert [store.status(i) for i in ids] == [("running", 1), ("pending", 0), ("pending", 0)]
 
 
 def test_a_job_with_a_lost_claim_is_claimed_alone_first(registry):
@@ -293,9 +310,25 @@ def test_queues_limit_what_is_claimed(registry):
     assert (store.status(mine), store.status(other)) == (("done", 1), ("pending", 0))
 
 
-def test_the_lease_must_outlast_the_function(registry):
+def test_an_explicit_lease_must_outlast_the_function(registry):
     with pytest.raises(ConfigError, match="must be longer than the function timeout"):
-        run(FakeStore(), registry, seconds=1000)
+        run(FakeStore(), registry, seconds=1000, lease_seconds=900)
+
+
+def test_the_lease_is_the_invocations_time_plus_a_minute():
+    registry, leases = Registry(), []
+
+    @pgdrain.job("lease", registry=registry)
+    def lease(job):
+        leases.append((job.lease_expires_at - job.claimed_at).total_seconds())
+
+    store = FakeStore()
+    store.add("lease")
+    run(store, registry, seconds=120)
+    assert leases == [180.0]
+    store.add("lease")
+    run(store, registry, seconds=120, lease_seconds=600)
+    assert leases == [180.0, 600.0]
 
 
 def _failing_at(store: FakeStore, name: str, error: BaseException):

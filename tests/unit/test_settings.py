@@ -14,7 +14,10 @@ def test_defaults():
     assert settings == Settings()
     assert settings.database_url is None
     assert settings.queues == ()
-    assert settings.lease_seconds > 900  # longer than any Lambda timeout
+    # The lease follows the invocation: its time left plus a minute, unless set.
+    assert settings.lease_seconds is None
+    assert settings.lease_for(119.5) == 180 and settings.lease_for(900) == 960
+    assert (settings.concurrency, settings.batch_size, settings.max_drains) == (10, 100, 4)
 
 
 def test_every_variable_is_read():
@@ -22,6 +25,9 @@ def test_every_variable_is_read():
         "DATABASE_URL": "postgresql://u@h/db",
         "PGDRAIN_LEASE_SECONDS": "120",
         "PGDRAIN_BATCH_SIZE": "25",
+        "PGDRAIN_CONCURRENCY": "50",
+        "PGDRAIN_POOL_SIZE": "2",
+        "PGDRAIN_MAX_DRAINS": "16",
         "PGDRAIN_QUEUES": " emails, webhooks ,,",
         "PGDRAIN_RETENTION_SECONDS": "0",
         "PGDRAIN_PURGE_BATCH_SIZE": "50",
@@ -41,6 +47,7 @@ def test_every_variable_is_read():
     }
     assert Settings.from_env(env) == Settings(
         database_url="postgresql://u@h/db", lease_seconds=120, batch_size=25,
+        concurrency=50, pool_size=2, max_drains=16,
         queues=("emails", "webhooks"), retention_seconds=0, purge_batch_size=50,
         purge_max_batches=0, reclaim_batch_size=7, max_jobs=50, safety_margin_seconds=0.5,
         job_timeout_seconds=4, job_modules="my.jobs,other.jobs",

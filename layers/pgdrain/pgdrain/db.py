@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -400,6 +401,7 @@ class Connector:
         self._server_bounds = server_bounds
         self._session: Session | None = None
         self._deadline: float | None = None
+        self._pool: ConnectionPool | None = None
 
     def session(self) -> Session:
         """The live session, connecting first if there is none (within the deadline of the
@@ -457,18 +459,81 @@ class Connector:
         lock_ms = min(statement_ms, max(MIN_LOCK_TIMEOUT_MS, statement_ms // LOCK_SHARE))
         session.one("connection_bound", statement_ms=max(statement_ms, 1), lock_ms=lock_ms)
 
+    def pool(self, size: int) -> ConnectionPool:
+        """Connections of their own for transactional handlers on worker threads, at most
+        ``size`` lent at once; kept with this connector, so warm invocations reuse them."""
+        if self._pool is None:
+            self._pool = ConnectionPool(self)
+        self._pool.size = size
+        return self._pool
+
+    def sibling(self) -> Connector:
+        """A new, unconnected Connector to the same database with the same options (a
+        transactional handler's own connection)."""
+        return Connector(self._connect, prepare=self._prepare, server_bounds=self._server_bounds)
+
     def ensure_alive(self) -> bool:
         """Ping a reused connection; replace it once if it is dead. True if replaced."""
         return self.open(None)
 
     def discard(self) -> None:
-        """Drop the connection (it is broken, or mid-protocol after an interrupted handler)."""
+        """Drop the connection (it is broken, or mid-protocol after an interrupted handler),
+        and the pool's idle ones with it."""
+        if self._pool is not None:
+            self._pool.discard_idle()
         if self._session is not None:
             session, self._session = self._session, None
             try:
                 session.close()
             except Exception:  # already broken: closing it cannot fail in a way that matters
                 log.debug("closing a discarded connection failed", exc_info=True)
+
+
+class ConnectionPool:
+    """Connections for transactional handlers on worker threads: at most ``size`` lent."""
+
+    def __init__(self, connector: Connector):
+        self.connector = connector
+        self.size = 0
+        self.idle: list[Connector] = []
+        self.lent: dict[int, Connector] = {}
+        self.lock = threading.Lock()
+
+    def lend(self, deadline: float) -> Session | None:
+        """An open session (connected, or checked, within ``deadline``); None if ``size`` are
+        lent already."""
+        with self.lock:
+            if len(self.lent) >= self.size:
+                return None
+            connector = self.idle.pop() if self.idle else self.connector.sibling()
+        try:
+            connector.open(deadline)
+            session = connector.session()
+        except BaseException:
+            connector.discard()
+            with self.lock:
+                self.idle.append(connector)
+            raise
+        with self.lock:
+            self.lent[id(session)] = connector
+        return session
+
+    def give_back(self, session: Session, *, broken: bool) -> None:
+        """Return a lent session; ``broken`` drops its connection (mid-protocol, or dead)."""
+        with self.lock:
+            connector = self.lent.pop(id(session), None)
+        if connector is None:
+            return
+        if broken:
+            connector.discard()
+        with self.lock:
+            self.idle.append(connector)
+
+    def discard_idle(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for connector in idle:
+            connector.discard()
 
 
 # A lock wait may take a tenth of the time left (a row or table lock held by someone else's

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import math
+import queue
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
@@ -37,6 +39,7 @@ from .janitor import run_janitor, vacuum_if_due
 from .models import Finish, JanitorResult, Job, Outcome, Written
 from .policy import Backoff, Fail, Retry, Wait, after_failure, decide
 from .registry import Handler, Registry
+from .runner import Runner, Task, runner
 from .settings import Settings
 from .timeouts import TimeLimits
 
@@ -48,6 +51,16 @@ MIN_CUT_SHORT_SECONDS = 1.0
 
 # Of the safety margin, the share database I/O may still use; the rest is for returning.
 IO_SHARE_OF_MARGIN = 0.5
+
+# A claim also takes the jobs its pace says will finish while the next claim is on its way.
+CLAIM_AHEAD_SECONDS = 0.05
+
+# After a worker thread's time limit ran out, it has this long to stop before its job is
+# recorded as timed out without it (and the thread counted as a runaway).
+RUNAWAY_GRACE_SECONDS = 0.2
+
+# The concurrent drain waits at most this long between looks at limits and the completer.
+TICK_SECONDS = 0.05
 
 # How an outcome is counted in the summary (and named to the observer).
 _COUNTED = {Outcome.DONE: "done", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
@@ -76,8 +89,15 @@ class DrainSummary:
     purged: int = 0
     vacuumed: int = 0
     """1 if this drain vacuumed the jobs table (PGDRAIN_VACUUM_DEAD_TUPLES)."""
+    abandoned: int = 0
+    """Handlers still running when the drain returned: they ignored their time limit. Their
+    jobs were recorded as timed out; whatever they do later is never written."""
+    continued: int = 0
+    """Drains this one started: itself again when it stopped with due work left, and more
+    when the backlog was larger than it could run (fan-out, never past PGDRAIN_MAX_DRAINS)."""
     stopped: str = "empty"
-    """Why the drain stopped: empty, max_jobs, deadline or database_error."""
+    """Why the drain stopped: empty, max_jobs, deadline, busy (PGDRAIN_MAX_DRAINS drains
+    were running already) or database_error."""
     error: str | None = None
     """With ``stopped: "database_error"``: what went wrong, in a few words (details are in
     the log)."""
@@ -131,12 +151,37 @@ class DrainStore(Protocol):
     def session(self) -> Session:
         """The connection, for a transactional handler's transaction."""
 
+    def lend(self, deadline: float) -> Session | None:
+        """A connection of its own for a transactional handler on a worker thread, from a
+        pool of ``pool_size``; None when all are lent."""
+
+    def give_back(self, session: Session, *, broken: bool) -> None: ...
+
+    def take_slot(self, slots: int) -> int | None: ...
+
+    def give_back_slot(self, slot: int) -> None: ...
+
+    def drains_running(self) -> int: ...
+
+    def due(self, *, limit: int, queues: Sequence[str] | None) -> int: ...
+
+
+class Launcher(Protocol):
+    """Starts more drains (an asynchronous invoke of the drain function in Lambda)."""
+
+    def prepare(self) -> None:
+        """Get ready to launch (import what it needs) while there is time to spare."""
+
+    def launch(self, count: int, reason: str) -> int:
+        """Start ``count`` drains; returns how many were started."""
+
 
 class PostgresStore:
     """The drain's store on PostgreSQL: the catalogue's statements on a ``Connector``."""
 
-    def __init__(self, connector: Connector):
+    def __init__(self, connector: Connector, pool_size: int = 0):
         self.connector = connector
+        self.pool = connector.pool(pool_size)
 
     @property
     def connected(self) -> bool:
@@ -168,6 +213,27 @@ class PostgresStore:
     def finish_many(self, finishes: Sequence[Finish]) -> Written:
         return pgstore.finish_many(self.session(), finishes)
 
+    def lend(self, deadline: float) -> Session | None:
+        return self.pool.lend(deadline)
+
+    def give_back(self, session: Session, *, broken: bool) -> None:
+        self.pool.give_back(session, broken=broken)
+
+    def take_slot(self, slots: int) -> int | None:
+        slot = pgstore.take_drain_slot(self.session(), slots)
+        if slot is not None:
+            pgstore.drain_started(self.session())
+        return slot
+
+    def give_back_slot(self, slot: int) -> None:
+        pgstore.give_back_drain_slot(self.session(), slot)
+
+    def drains_running(self) -> int:
+        return pgstore.drains_running(self.session())
+
+    def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
+        return pgstore.due_count(self.session(), limit=limit, queues=queues)
+
 
 class _StaleClaim(Exception):
     """A transactional job's done write found its claim lost: roll its writes back."""
@@ -180,6 +246,8 @@ def drain(
     *,
     time_left: Callable[[], float],
     observer: DrainObserver | None = None,
+    launcher: Launcher | None = None,
+    runner: Runner | None = None,
 ) -> DrainSummary:
     """Run the janitor, then drain due jobs; see the module docstring.
 
@@ -196,17 +264,42 @@ def drain(
     ``stopped: "database_error"`` rather than raising.
     """
     start_left = time_left()
-    if start_left >= settings.lease_seconds:
+    if settings.lease_seconds is not None and start_left >= settings.lease_seconds:
         raise ConfigError(
             f"PGDRAIN_LEASE_SECONDS ({settings.lease_seconds}) must be longer than the "
             f"function timeout ({start_left:.0f} s left at start): otherwise a live "
             "invocation could lose its jobs to the janitor")
     if isinstance(store, Connector):
-        store = PostgresStore(store)
+        store = PostgresStore(store, settings.pool_size)
     run = _Drain(store, registry, settings, time_left, observer or _NullObserver(), start_left)
+    run.launcher = launcher
+    run.runner = runner
     with TimeLimits(on_stuck=run.handler_stuck) as limits:
         run.limits = limits
         return run.run()
+
+
+class Pace:
+    """How fast this drain's jobs finish: jobs per second since its first start."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.first_start: float | None = None
+        self.finished = 0
+
+    def start(self) -> None:
+        if self.first_start is None:
+            self.first_start = self.clock()
+
+    def finish(self) -> None:
+        self.finished += 1
+
+    def jobs_in(self, seconds: float) -> int:
+        """Jobs that finish in ``seconds`` at this pace (0 before any has finished)."""
+        if self.first_start is None or not self.finished:
+            return 0
+        elapsed = max(self.clock() - self.first_start, 1e-3)
+        return int(self.finished / elapsed * seconds)
 
 
 def shortest_runnable_seconds(registry: Registry, settings: Settings) -> float:
@@ -217,6 +310,8 @@ def shortest_runnable_seconds(registry: Registry, settings: Settings) -> float:
 
 class _Drain:
     limits: TimeLimits
+    launcher: Launcher | None = None
+    runner: Runner | None = None
 
     def __init__(self, store: DrainStore, registry: Registry, settings: Settings,
                  time_left: Callable[[], float], observer: DrainObserver, start_left: float):
@@ -233,16 +328,32 @@ class _Drain:
         budgets = [h.timeout for h in registry if h.timeout is not None]
         self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
         self.margin = settings.margin_for(start_left)
+        self.lease = settings.lease_for(start_left)
         self.usable = start_left - self.margin
         """The most time any job of this invocation can have."""
         self.cut_short_types: set[str] = set()
         self.io_deadline = time.monotonic() + start_left - self.margin * (1 - IO_SHARE_OF_MARGIN)
+        self.pace = Pace()
 
     def run(self) -> DrainSummary:
         try:
             self.store.open(self.io_deadline)
-            self._janitor()
-            self._drain()
+            slot = self.store.take_slot(self.settings.max_drains)
+            if slot is None:
+                self.summary.stopped = "busy"
+                return self.summary
+            try:
+                self._janitor()
+                self._fan_out()
+                if self.settings.concurrency > 1:
+                    _Concurrent(self).run()
+                else:
+                    self._drain()
+            finally:
+                if self.store.connected:
+                    with suppress(DatabaseUnavailable):
+                        self.store.give_back_slot(slot)
+            self._continue_if_due()
         except DatabaseUnavailable as exc:
             self._stopped_by_database(exc)
         return self.summary
@@ -256,35 +367,75 @@ class _Drain:
         self.alone_due = janitor.alone_due
         self.summary.vacuumed = int(self.store.vacuum_if_due(self.settings))
 
+    def _fan_out(self) -> None:
+        """Start more drains when the backlog is more than this one runs at once: one per
+        PGDRAIN_CONCURRENCY due jobs, up to PGDRAIN_MAX_DRAINS running in all."""
+        if self.launcher is None or self.settings.max_drains <= 1:
+            return
+        per_drain = self.settings.concurrency
+        due = self.store.due(limit=per_drain * self.settings.max_drains,
+                             queues=self.settings.queues or None)
+        wanted = min(math.ceil(due / per_drain) - 1,
+                     self.settings.max_drains - self.store.drains_running())
+        if wanted > 0:
+            self.summary.continued += self.launcher.launch(wanted, "fan-out")
+
+    def _continue_if_due(self) -> None:
+        """After giving the slot back: if due work is left, start a drain for it, so a
+        backlog never waits for the schedule. Looking after the slot is free closes the
+        race with a ring that was skipped because this drain still held it (see
+        aws.doorbell)."""
+        if self.launcher is None or self.summary.stopped not in ("empty", "max_jobs",
+                                                                  "deadline"):
+            return
+        if self.time_left() <= self.margin * (1 - IO_SHARE_OF_MARGIN):
+            return  # no time to ask; the schedule's next tick will look
+        if self.store.due(limit=1, queues=self.settings.queues or None):
+            self.summary.continued += self.launcher.launch(1, "continue")
+
     def _drain(self) -> None:
         while True:
             room = self.settings.max_jobs - self.summary.claimed
             if room <= 0:
-                self.summary.stopped = "max_jobs"
+                self.summary.stopped = self._stopping("max_jobs")
                 return
             if self.time_left() - self.margin < self._least_to_start():
-                self.summary.stopped = "deadline"
+                self.summary.stopped = self._stopping("deadline")
                 return
-            jobs = self._claim(room)
+            jobs = self._claim(self._claim_size(room, free=1))
             if not jobs:
                 return
             self.summary.claimed += len(jobs)
             if not self._run_batch(jobs):
-                self.summary.stopped = "deadline"
+                self.summary.stopped = self._stopping("deadline")
                 return
 
-    def _claim(self, room: int) -> list[Job]:
+    def _stopping(self, reason: str) -> str:
+        """The drain stops with work maybe left: get the launcher ready for its
+        continuation now, while handlers may still be running, not at the last moment."""
+        if self.launcher is not None:
+            with suppress(Exception):
+                self.launcher.prepare()
+        return reason
+
+    def _claim_size(self, room: int, free: int) -> int:
+        """How many jobs to claim: the free slots, plus what the jobs' pace says will finish
+        while the next claim is on its way, within the time left; PGDRAIN_BATCH_SIZE caps it.
+        Fast jobs so reach full batches; slow ones are not held claimed behind each other."""
+        ahead = self.pace.jobs_in(CLAIM_AHEAD_SECONDS)
+        fits = self.pace.jobs_in(max(0.0, self.time_left() - self.margin)) + free
+        return max(1, min(room, self.settings.batch_size, free + ahead, fits))
+
+    def _claim(self, size: int) -> list[Job]:
         """The next claim: a job whose claim was lost before, alone, while there are any
         (the janitor said so); then batches."""
         queues = self.settings.queues or None
         if self.alone_due:
-            job = self.store.claim_alone(lease_seconds=self.settings.lease_seconds,
-                                         queues=queues)
+            job = self.store.claim_alone(lease_seconds=self.lease, queues=queues)
             if job is not None:
                 return [job]
             self.alone_due = False
-        return self.store.claim(batch_size=min(self.settings.batch_size, room),
-                                lease_seconds=self.settings.lease_seconds, queues=queues)
+        return self.store.claim(batch_size=size, lease_seconds=self.lease, queues=queues)
 
     def _stopped_by_database(self, exc: DatabaseUnavailable) -> None:
         """End the drain on a database failure, with a summary that says so."""
@@ -353,6 +504,7 @@ class _Drain:
             self.completer.flush()
             return False
         self.started += 1
+        self.pace.start()
         self._run_job(job, handler, min(budget, left))
         return True
 
@@ -499,6 +651,8 @@ class _Drain:
     def _count(self, job: Job, outcome: str, duration: float,
                error: BaseException | None) -> None:
         setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
+        if outcome != "released":
+            self.pace.finish()
         self.observer.job_finished(job, outcome, duration, error)
 
 
@@ -526,3 +680,297 @@ def _with_parsed_payload(job: Job, handler: Handler) -> Job:
         return replace(job, payload=parse(handler.payload_model, job.payload))
     except PayloadError as exc:
         raise Discard(f"invalid payload: {exc}") from None
+
+
+class _Concurrent:
+    """The drain's loop at PGDRAIN_CONCURRENCY > 1: claims and finishing writes on the
+    drain's thread and connection, handlers on the runner's threads and event loop.
+
+    Claimed jobs wait in ``ready`` until a slot is free; a job that can no longer start
+    before the deadline is released with the rest of ``ready``, uncharged. Every handler runs
+    under its own time limit (``Runner.interrupt``); one that ignores it for
+    RUNAWAY_GRACE_SECONDS is recorded as timed out, its slot given to the next job, and what
+    it does later never written (see pgdrain.runner).
+    """
+
+    def __init__(self, drain: _Drain):
+        self.d = drain
+        self.runner = drain.runner or runner()
+        self.outbox: queue.SimpleQueue[Task] = queue.SimpleQueue()
+        self.ready: deque[Job] = deque()
+        self.running: dict[int, Task] = {}
+        self.by_type: Counter[str] = Counter()
+        self.runaways: dict[int, Task] = {}
+        self.stopping: str | None = None
+        self.size = drain.settings.concurrency
+        self.isolated = False
+        """A job with a lost claim is running: nothing else starts or is claimed."""
+        self.claimed_nothing = False
+        """The last claim came back empty while jobs ran: claim again once one finishes
+        (its retry may be due at once), and stop only when a claim finds nothing with
+        nothing running and every outcome written."""
+
+    def run(self) -> None:
+        d = self.d
+        try:
+            while True:
+                self._start_ready()
+                if self.stopping is None and not self.isolated and len(self.ready) < self.size:
+                    if not self.running and not self.ready:
+                        # Everything so far written first: a retry due at once is claimable.
+                        d.completer.flush()
+                        self.claimed_nothing = False
+                    if not self.claimed_nothing and self._claim_more():
+                        continue
+                if not self.ready and not self.running:
+                    if self.stopping is not None:
+                        break
+                    continue  # claim again, now that every outcome is written
+                self._collect(self._wait_seconds())
+                self._enforce_limits()
+                d.completer.flush_if_due()
+            d.completer.flush()
+            d.summary.stopped = self.stopping or "empty"
+        except BaseException:
+            self._stop_all()
+            if d.store.connected:
+                with suppress(Exception):
+                    d._add_released(list(self.ready))
+                    self.ready.clear()
+                    d.completer.flush()
+            raise
+        finally:
+            self._count_abandoned()
+
+    # --- claiming ---
+
+    def _claim_more(self) -> bool:
+        """Claim if there is room; True if jobs came."""
+        d = self.d
+        room = d.settings.max_jobs - d.summary.claimed
+        if room <= 0:
+            self.stopping = d._stopping("max_jobs")
+            return False
+        if d.time_left() - d.margin < d._least_to_start():
+            self.stopping = d._stopping("deadline")
+            return False
+        free = self.size - len(self.running) - len(self.ready)
+        if free <= 0 and d.pace.jobs_in(CLAIM_AHEAD_SECONDS) <= len(self.ready):
+            return False
+        jobs = d._claim(d._claim_size(room, free=max(free, 0)))
+        if not jobs:
+            if self.running:
+                self.claimed_nothing = True
+            else:
+                self.stopping = "empty"
+            return False
+        d.summary.claimed += len(jobs)
+        self.ready.extend(jobs)
+        return True
+
+    # --- starting ---
+
+    def _start_ready(self) -> None:
+        while self.ready and len(self.running) < self.size and not self.isolated:
+            if self.ready[0].lost_claims and not self._isolate():
+                return
+            started = self._start_one()
+            if self.isolated and not self.running:
+                self.isolated = False  # it failed at once, or could not start in time
+            if not started:
+                return
+
+    def _isolate(self) -> bool:
+        """A job whose claim was lost before (it may be what killed a drain) runs alone:
+        once nothing else runs and every outcome so far is written, so that if it kills
+        this process too, it takes no other job's run or outcome with it."""
+        if self.running:
+            return False
+        self.d.completer.flush()
+        self.isolated = True
+        return True
+
+    def _start_one(self) -> bool:
+        """Start the first ready job that may start now; False when none may."""
+        d = self.d
+        for index, job in enumerate(self.ready):
+            if bool(job.lost_claims) is not self.isolated:
+                if self.isolated:
+                    return False
+                continue  # a job with a lost claim waits to run alone (see _isolate)
+            if job.payload_error is not None:
+                del self.ready[index]
+                d._fail_at_once(job, ValueError(f"undecodable payload: {job.payload_error}"))
+                return True
+            handler = d.registry.get(job.job_type)
+            if handler is None:
+                del self.ready[index]
+                d._fail_at_once(job, LookupError(
+                    f"no handler registered for job_type '{job.job_type}'"))
+                return True
+            if handler.concurrency and self.by_type[job.job_type] >= handler.concurrency:
+                continue
+            budget = handler.timeout or d.settings.job_timeout_seconds
+            left = d.time_left() - d.margin
+            if left < budget and not d._runs_cut_short(job, budget, left):
+                # Nothing claimed can start in time any more: hand it all back, uncharged.
+                d._add_released(list(self.ready))
+                self.ready.clear()
+                self.stopping = d._stopping("deadline")
+                d.completer.flush()
+                return False
+            session = None
+            if handler.transactional:
+                session = d.store.lend(d.io_deadline)
+                if session is None:
+                    continue  # every pooled connection is lent: a plain job may go first
+            del self.ready[index]
+            self._launch(job, handler, min(budget, left), session)
+            return True
+        return False
+
+    def _launch(self, job: Job, handler: Handler, timeout: float,
+                session: Session | None) -> None:
+        d = self.d
+        started = time.monotonic()
+        if handler.payload_model is not None:
+            try:
+                job = _with_parsed_payload(job, handler)
+            except Discard as exc:
+                if session is not None:
+                    d.store.give_back(session, broken=False)
+                d._ended(job, handler, exc, started)
+                return
+        d.started += 1
+        d.pace.start()
+        call = _transact if session is not None else _call_plain
+        task = Task(job, handler, timeout, started, call, self.outbox)
+        if session is not None:
+            task.conn = session.conn
+            task.session = session  # type: ignore[attr-defined]
+        self.running[id(task)] = task
+        self.by_type[job.job_type] += 1
+        self.runner.start(task)
+
+    # --- finishing ---
+
+    def _wait_seconds(self) -> float:
+        now = time.monotonic()
+        limits = [t.limit_at - now for t in self.running.values() if t.fired_at is None]
+        return max(0.0, min([TICK_SECONDS, *limits]))
+
+    def _collect(self, timeout: float) -> None:
+        try:
+            task = self.outbox.get(timeout=timeout) if timeout > 0 else self.outbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._finished(task)
+            try:
+                task = self.outbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _finished(self, task: Task) -> None:
+        d = self.d
+        session = getattr(task, "session", None)
+        if session is not None:
+            d.store.give_back(session, broken=task.fired_at is not None
+                              or getattr(task, "broken", False))
+        if self.runaways.pop(id(task), None) is not None:
+            return  # recorded as timed out already: what it did is not written
+        self.running.pop(id(task), None)
+        self.by_type[task.job.job_type] -= 1
+        self.isolated = False if not self.running else self.isolated
+        self.claimed_nothing = False
+        job, handler, duration = task.job, task.handler, (task.ended or 0.0) - task.started
+        error = task.error
+        if session is not None and task.result == "committed":
+            d._count(job, "done", duration, None)  # its transaction wrote done with its work
+        elif task.fired_at is not None:
+            d._ended(job, handler, HandlerTimeout(f"timed out after {task.timeout:g} s"),
+                     task.started)
+        elif error is None:
+            d.completer.add(Finish.done(job), job, started=task.started, duration=duration)
+        elif isinstance(error, _StaleClaim):
+            d._count(job, "stale", duration, None)
+        else:
+            # SystemExit or KeyboardInterrupt raised by a handler on a worker thread is that
+            # job's failure: it cannot stop the drain from there.
+            d._ended(job, handler, error, task.started)
+
+    def _enforce_limits(self) -> None:
+        now = time.monotonic()
+        for task in list(self.running.values()):
+            if task.finished:
+                continue
+            if task.fired_at is None:
+                if now >= task.limit_at:
+                    task.fired_at = now
+                    self.runner.interrupt(task)
+            elif now - task.fired_at >= RUNAWAY_GRACE_SECONDS:
+                self._runaway(task, now)
+            else:
+                self.runner.interrupt(task)  # again: it may have caught the first
+        for task in self.runaways.values():
+            self.runner.interrupt(task)
+
+    def _runaway(self, task: Task, now: float) -> None:
+        """A handler that ignored its limit: record its job as timed out without it."""
+        d = self.d
+        self.running.pop(id(task), None)
+        self.by_type[task.job.job_type] -= 1
+        self.isolated = False if not self.running else self.isolated
+        self.runaways[id(task)] = task
+        d._ended(task.job, task.handler,
+                 HandlerTimeout(f"timed out after {task.timeout:g} s"), task.started)
+        log.error("job %s (%s) ignored its time limit: still running %.1f s after it ran out "
+                  "(it caught HandlerTimeout, or is blocked where Python cannot interrupt "
+                  "it). Its job is recorded as timed out and whatever it does later is not "
+                  "written. Never swallow HandlerTimeout; give blocking calls a timeout.",
+                  task.job.id, task.job.job_type, now - task.fired_at if task.fired_at else 0)
+
+    def _stop_all(self) -> None:
+        """On the way out after an error: interrupt every handler, give them a moment."""
+        for task in self.running.values():
+            if not task.finished:
+                task.fired_at = task.fired_at or time.monotonic()
+                self.runner.interrupt(task)
+        until = time.monotonic() + RUNAWAY_GRACE_SECONDS
+        while any(not t.finished for t in self.running.values()) and time.monotonic() < until:
+            time.sleep(0.005)
+        for task in list(self.running.values()):
+            if not task.finished:
+                self.runaways[id(task)] = task
+
+    def _count_abandoned(self) -> None:
+        abandoned = [t for t in self.runaways.values() if not t.finished]
+        self.d.summary.abandoned += len(abandoned)
+
+
+def _call_plain(task: Task) -> Any:
+    return task.handler.func(task.job)
+
+
+def _transact(task: Task) -> str:
+    """A transactional handler on a worker thread, on its own pooled connection: its writes
+    and its job's done commit together, or not at all (see _Drain._run_transactional)."""
+    session: Session = task.session  # type: ignore[attr-defined]
+    session.rows("transaction_begin")
+    try:
+        session.rows("transaction_statement_timeout",
+                     milliseconds=math.ceil((task.timeout + 1) * 1000))
+        task.handler.func(task.job, session.conn)
+        if pgstore.complete(session, [task.job]).stale:
+            raise _StaleClaim
+        session.rows("transaction_commit")
+    except HandlerTimeout:
+        task.broken = True  # type: ignore[attr-defined]  # mid-protocol: drop it
+        raise
+    except BaseException:
+        try:
+            session.rows("transaction_rollback")
+        except BaseException:
+            task.broken = True  # type: ignore[attr-defined]
+        raise
+    return "committed"

@@ -9,6 +9,7 @@ handlers need inside the handlers, so the enqueue function does not pay for it a
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,6 +37,10 @@ class Handler:
     """A type the payload is validated and parsed into (see pgdrain.payload)."""
     policy: TypePolicy = DEFAULT_POLICY
     """The type's own backoff and ``retry_on`` (see policy.decide)."""
+    concurrency: int | None = None
+    """Most jobs of this type one drain runs at once; None: up to PGDRAIN_CONCURRENCY."""
+    is_async: bool = False
+    """An ``async def`` handler: run on the drain's event loop, concurrently with others."""
 
 
 class Registry:
@@ -80,6 +85,7 @@ def job(
     payload: Any = None,
     backoff: Backoff | BackoffFunction | None = None,
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    concurrency: int | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the handler of ``job_type``.
@@ -98,6 +104,10 @@ def job(
     function ``(attempt, error) -> seconds`` (``error`` is None when the lease expired).
     ``retry_on`` names the exception types worth a retry (a class or a tuple); any other error
     fails the job at once. A time limit that ran out is always retried.
+
+    ``concurrency`` caps how many jobs of this type one drain runs at once (below
+    ``PGDRAIN_CONCURRENCY``). An ``async def`` handler runs on the drain's event loop, many at
+    once; a plain one on a worker thread.
     """
     if not isinstance(job_type, str) or not job_type.strip():
         raise ConfigError("job_type must be a non-empty string")
@@ -108,6 +118,10 @@ def job(
                                 or not math.isfinite(timeout) or timeout <= 0):
         raise ConfigError(f"{job_type}: timeout must be a positive number of seconds")
 
+    if concurrency is not None and (isinstance(concurrency, bool) or
+                                    not isinstance(concurrency, int) or concurrency < 1):
+        raise ConfigError(f"{job_type}: concurrency must be a positive integer")
+
     if payload is not None:
         from .payload import check_model  # only job types that declare a model pay for it
 
@@ -117,8 +131,12 @@ def job(
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         # Not `registry or REGISTRY`: an empty Registry is falsy (it has a length).
         target = REGISTRY if registry is None else registry
+        is_async = inspect.iscoroutinefunction(func)
+        if is_async and transactional:
+            raise ConfigError(f"{job_type}: an async def handler cannot be transactional (its "
+                              "connection is pg8000's, which blocks); make it a plain def")
         target.register(Handler(job_type, func, max_attempts, timeout, transactional, payload,
-                                policy))
+                                policy, concurrency, is_async))
         return func
 
     return register

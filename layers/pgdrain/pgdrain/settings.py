@@ -20,8 +20,12 @@ from .policy import DEFAULT_BASE_SECONDS, DEFAULT_CAP_SECONDS, DEFAULT_JITTER, B
 
 # Longer than Lambda's 15-minute maximum timeout, so a live invocation can never lose its job
 # to the janitor whatever timeout the function has.
-DEFAULT_LEASE_SECONDS = 960
-DEFAULT_BATCH_SIZE = 10
+# Without PGDRAIN_LEASE_SECONDS a claim's lease is the invocation's own time left plus this.
+LEASE_MARGIN_SECONDS = 60
+DEFAULT_BATCH_SIZE = 100
+DEFAULT_CONCURRENCY = 10
+DEFAULT_POOL_SIZE = 4
+DEFAULT_MAX_DRAINS = 4
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
 DEFAULT_PURGE_BATCH_SIZE = 1000
 DEFAULT_PURGE_MAX_BATCHES = 10
@@ -156,11 +160,22 @@ SETTINGS: tuple[Setting, ...] = (
     _s("PGDRAIN_SECRET_MAX_AGE_SECONDS", integer(0), DEFAULT_SECRET_MAX_AGE_SECONDS,
        "How long a fetched DB_SECRET_ARN secret is reused; a rejected password refetches it "
        "at once", "database"),
-    _s("PGDRAIN_LEASE_SECONDS", integer(1), DEFAULT_LEASE_SECONDS,
-       "How long a claim owns its job before the janitor may reclaim it; keep it above the "
-       "function timeout", "drain"),
+    _s("PGDRAIN_LEASE_SECONDS", integer(1), None,
+       "How long a claim owns its job before the janitor may reclaim it; must be above the "
+       "function timeout", "drain",
+       f"the invocation's time left + {LEASE_MARGIN_SECONDS} s"),
+    _s("PGDRAIN_CONCURRENCY", integer(1), DEFAULT_CONCURRENCY,
+       "Handlers one drain runs at once (worker threads; async def handlers on one event "
+       "loop); 1 runs them one at a time on the drain's own thread", "drain"),
+    _s("PGDRAIN_POOL_SIZE", integer(1), DEFAULT_POOL_SIZE,
+       "Connections a drain opens for transactional handlers, besides its own; more such "
+       "jobs at once wait for one", "drain"),
+    _s("PGDRAIN_MAX_DRAINS", integer(1), DEFAULT_MAX_DRAINS,
+       "Most drains running at once across all triggers, enforced in PostgreSQL; another "
+       "returns at once with stopped: busy", "drain"),
     _s("PGDRAIN_BATCH_SIZE", integer(1), DEFAULT_BATCH_SIZE,
-       "Jobs claimed per claim statement", "drain"),
+       "Most jobs one claim statement takes; each claim is sized from free slots, how fast "
+       "jobs finish and the time left", "drain"),
     _s("PGDRAIN_MAX_JOBS", integer(1), DEFAULT_MAX_JOBS, "Most jobs one drain invocation runs",
        "drain"),
     _s("PGDRAIN_SAFETY_MARGIN_SECONDS", number(0), None,
@@ -220,6 +235,13 @@ SETTINGS: tuple[Setting, ...] = (
        "The functions' `service` in logs and metrics (the stack's name in AWS)", "aws"),
     _s("POWERTOOLS_METRICS_NAMESPACE", text, "pgdrain", "The functions' metrics namespace",
        "aws"),
+    _s("AWS_LAMBDA_FUNCTION_NAME", text, None,
+       "Set by Lambda. Where it is set (or AWS_ENDPOINT_URL_LAMBDA is), a drain starts more "
+       "drains: itself again when it stops with due work left, more for a backlog", "aws",
+       "(set by Lambda)"),
+    _s("AWS_ENDPOINT_URL_LAMBDA", text, None,
+       "boto3's Lambda endpoint; point it at `python -m pgdrain_dev.lambda_standin` to run "
+       "continuation and fan-out without AWS", "aws", "(AWS's)"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 CREDENTIAL_SETTINGS: tuple[str, ...] = tuple(
@@ -250,8 +272,12 @@ class Settings:
     """The queue's tunables. Build with ``Settings.from_env()`` or directly in code and tests."""
 
     database_url: str | None = None
-    lease_seconds: int = DEFAULT_LEASE_SECONDS
+    lease_seconds: int | None = None
+    """None: the invocation's time left plus LEASE_MARGIN_SECONDS (``lease_for``)."""
     batch_size: int = DEFAULT_BATCH_SIZE
+    concurrency: int = DEFAULT_CONCURRENCY
+    pool_size: int = DEFAULT_POOL_SIZE
+    max_drains: int = DEFAULT_MAX_DRAINS
     queues: tuple[str, ...] = ()
     retention_seconds: int = DEFAULT_RETENTION_SECONDS
     purge_batch_size: int = DEFAULT_PURGE_BATCH_SIZE
@@ -270,8 +296,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "batch_size", "purge_batch_size", "reclaim_batch_size",
-                     "max_jobs"):
-            if getattr(self, name) < 1:
+                     "max_jobs", "concurrency", "pool_size", "max_drains"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("retention_seconds", "purge_max_batches", "safety_margin_seconds",
                      "vacuum_dead_tuples", "vacuum_interval_seconds"):
@@ -280,6 +306,14 @@ class Settings:
         if not self.job_timeout_seconds > 0:
             raise ConfigError(f"job_timeout_seconds must be positive, got "
                               f"{self.job_timeout_seconds}")
+
+    def lease_for(self, time_left: float) -> float:
+        """The lease of an invocation that has ``time_left`` seconds at its start: the
+        explicit PGDRAIN_LEASE_SECONDS, or that time plus LEASE_MARGIN_SECONDS, so a crashed
+        invocation's jobs come back about a minute after its timeout."""
+        if self.lease_seconds is not None:
+            return float(self.lease_seconds)
+        return math.ceil(time_left) + LEASE_MARGIN_SECONDS
 
     def margin_for(self, time_left: float) -> float:
         """The safety margin of an invocation that has ``time_left`` seconds at its start."""
@@ -304,6 +338,9 @@ class Settings:
             database_url=read("DATABASE_URL", env),
             lease_seconds=read("PGDRAIN_LEASE_SECONDS", env),
             batch_size=read("PGDRAIN_BATCH_SIZE", env),
+            concurrency=read("PGDRAIN_CONCURRENCY", env),
+            pool_size=read("PGDRAIN_POOL_SIZE", env),
+            max_drains=read("PGDRAIN_MAX_DRAINS", env),
             queues=read("PGDRAIN_QUEUES", env),
             retention_seconds=read("PGDRAIN_RETENTION_SECONDS", env),
             purge_batch_size=read("PGDRAIN_PURGE_BATCH_SIZE", env),

@@ -302,3 +302,50 @@ def stats(conn: Any) -> QueueStats:
     assert lag is not None
     return QueueStats(counts=counts, due=lag["due"], oldest_due_seconds=lag["oldest_due_seconds"])
 
+
+
+# --- drain slots and the backlog -----------------------------------------------------------
+
+DRAIN_SLOT_LOCK_KEY = 0x70676472
+"""The first advisory-lock key of the drains' slots ("pgdr"); the second is the slot."""
+
+
+def take_drain_slot(conn: Any, slots: int) -> int | None:
+    """Hold one of ``slots`` drain slots for this session; None when all are taken."""
+    row = as_session(conn).one("drain_slot_take", slots=slots, lock_key=DRAIN_SLOT_LOCK_KEY)
+    return None if row is None else int(row["slot"])
+
+
+def give_back_drain_slot(conn: Any, slot: int) -> None:
+    as_session(conn).one("drain_slot_give_back", lock_key=DRAIN_SLOT_LOCK_KEY, slot=slot)
+
+
+def drains_running(conn: Any) -> int:
+    """How many drains hold a slot in this database now."""
+    return int(as_session(conn).rows("drain_slots_taken",
+                                     lock_key=DRAIN_SLOT_LOCK_KEY)[0]["taken"])
+
+
+def due_count(conn: Any, *, limit: int, queues: Sequence[str] | None = None) -> int:
+    """Due jobs, counted up to ``limit`` (an index scan of at most that many entries)."""
+    return int(as_session(conn).rows("jobs_due_count", limit=limit,
+                                     queues=list(queues) if queues else None)[0]["due"])
+
+
+# --- the doorbell's shared state (see pgdrain.aws.doorbell) ---------------------------------
+
+
+def doorbell_state(conn: Any, *, window_seconds: float) -> tuple[int, bool]:
+    """(drains holding a slot now, whether a ring younger than the window is on its way)."""
+    row = as_session(conn).rows("doorbell_state", lock_key=DRAIN_SLOT_LOCK_KEY,
+                                window_seconds=window_seconds)[0]
+    return int(row["drains"]), bool(row["ring_on_its_way"])
+
+
+def doorbell_rung(conn: Any) -> None:
+    as_session(conn).rows("doorbell_rung")
+
+
+def drain_started(conn: Any) -> None:
+    """A drain holds its slot: a ring before now has been answered."""
+    as_session(conn).rows("doorbell_drain_started")

@@ -1,8 +1,22 @@
 """The doorbell: after an enqueue commits, invoke the drain function asynchronously so a new job
 starts within about a second instead of at the next scheduled drain.
 
-The table stays the source of truth and the one-minute schedule the fallback: a doorbell that
-fails, or is skipped because another rang it a moment ago, loses nothing.
+The enqueue function rings after each commit; an app that enqueues with ``pgdrain.enqueue``
+on its own connection rings with ``pgdrain.aws.ring(conn)`` right after ``conn.commit()``
+(or from an after-commit hook).
+
+A ring is skipped when it is not needed, and never when it is (no lost wake-up), decided in
+the database (``doorbell_state``), not in one container's memory:
+
+- a drain holds a slot (PGDRAIN_MAX_DRAINS): it will see the job. It claims again until the
+  queue is empty, and after giving its slot back it looks for due work once more and starts
+  a drain if there is any; the job committed before this check, so before that last look;
+- a ring younger than the window is on its way and no drain has taken a slot since (the
+  drain stamps ``drain_started_at`` when it does): that drain has not claimed yet, and will
+  see the job. The ring is stamped before the invoke, so a drain's stamp is always later.
+
+Otherwise it rings. The table stays the source of truth and the one-minute schedule the
+fallback: a ring that fails costs at most one window (the next enqueue rings again).
 """
 
 from __future__ import annotations
@@ -12,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import store
 from ..settings import DEFAULT_DOORBELL_WINDOW_SECONDS, read
 
 log = logging.getLogger(__name__)
@@ -41,9 +56,14 @@ class Doorbell:
         return cls(read("DRAIN_FUNCTION_NAME", env),
                    window_seconds=read("PGDRAIN_DOORBELL_WINDOW_SECONDS", env))
 
-    def ring(self, *, time_left: float | None = None) -> str:
+    def ring(self, conn: Any = None, *, time_left: float | None = None) -> str:
         """Invoke the drain asynchronously; returns ``rung``, ``skipped``, ``late``, ``off`` or
         ``failed``.
+
+        ``conn`` (pg8000, native or DB-API, outside a transaction: call this after the
+        commit) lets the database say whether a ring is needed (see the module docstring);
+        without it, this container rings at most once per window, which can leave a job to
+        the schedule when a drain was just finishing.
 
         Never raises: a failed ring is logged and the caller's request still succeeds. With
         ``time_left`` (the caller's seconds until its deadline) shorter than the longest a
@@ -53,10 +73,24 @@ class Doorbell:
             return "off"
         if time_left is not None and time_left < LONGEST_RING_SECONDS:
             return "late"
+        if conn is not None:
+            try:
+                drains, on_its_way = store.doorbell_state(conn,
+                                                          window_seconds=self.window_seconds)
+                if drains or on_its_way:
+                    return "skipped"
+                store.doorbell_rung(conn)
+            except Exception as exc:  # the database said nothing: ring, to be sure
+                log.warning("doorbell: could not read its state (%s: %s); ringing",
+                            type(exc).__name__, exc)
+            return self._invoke()
         now = self._clock()
         if self._last_ring is not None and now - self._last_ring < self.window_seconds:
             return "skipped"
         self._last_ring = now
+        return self._invoke()
+
+    def _invoke(self) -> str:
         try:
             if self._client is None:
                 self._client = self._client_factory()
@@ -85,3 +119,18 @@ def _lambda_client() -> Any:
     from botocore.config import Config
 
     return boto3.client("lambda", config=Config(**CLIENT_TIMEOUTS))
+
+
+_APP_DOORBELL: Doorbell | None = None
+
+
+def ring(conn: Any = None, *, time_left: float | None = None) -> str:
+    """Ring the drain after your own commit: ``pgdrain.aws.ring(conn)`` right after
+    ``conn.commit()``, or from an after-commit hook. Reads DRAIN_FUNCTION_NAME and
+    PGDRAIN_DOORBELL_WINDOW_SECONDS once; needs ``lambda:InvokeFunction`` on the drain.
+    Returns what ``Doorbell.ring`` returns (count it as the enqueue function does:
+    ``Doorbell<Outcome>``); never raises."""
+    global _APP_DOORBELL
+    if _APP_DOORBELL is None:
+        _APP_DOORBELL = Doorbell.from_env()
+    return _APP_DOORBELL.ring(conn, time_left=time_left)

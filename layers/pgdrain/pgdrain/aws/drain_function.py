@@ -15,7 +15,8 @@ from aws_lambda_powertools import Logger, Metrics
 from ..db import Connector
 from ..drain import DrainSummary, drain, shortest_runnable_seconds
 from ..registry import Registry
-from ..settings import Settings
+from ..settings import Settings, read
+from .launcher import LambdaLauncher
 from .observer import DrainObserver
 from .powertools import count
 
@@ -70,14 +71,24 @@ class DrainFunction:
 
     def _drain(self, context: Any) -> DrainSummary:
         observer = DrainObserver(self.logger, self.metrics)
+        time_left = lambda: context.get_remaining_time_in_millis() / 1000  # noqa: E731
         try:
             summary = drain(self.connector, self.registry, self.settings,
-                            time_left=lambda: context.get_remaining_time_in_millis() / 1000,
-                            observer=observer)
+                            time_left=time_left, observer=observer,
+                            launcher=self._launcher(context, time_left))
         finally:
             observer.log_done()
         observer.record(summary, self.connector)
         return summary
+
+    @staticmethod
+    def _launcher(context: Any, time_left: Any) -> LambdaLauncher | None:
+        """Drains start drains in Lambda, or where AWS_ENDPOINT_URL_LAMBDA names a stand-in
+        (bench/invoke_standin.py); a local run has nothing to invoke."""
+        if not (read("AWS_LAMBDA_FUNCTION_NAME") or read("AWS_ENDPOINT_URL_LAMBDA")):
+            return None
+        arn = getattr(context, "invoked_function_arn", None)
+        return LambdaLauncher(arn, time_left=time_left) if arn else None
 
     def _answer(self, kind: str, summary: DrainSummary, request_id: str | None
                 ) -> dict[str, Any]:

@@ -88,7 +88,10 @@ class EnqueueFunction:
                                              exc_info=line.error)
         count(self.metrics, response.metrics)
         if response.ring:  # rung, skipped, late, off or failed; never fails the request
-            outcome = self.doorbell.ring(time_left=self.time_left())
+            # The database decides whether a ring is needed (a drain may be running, or on
+            # its way), on the request's connection, now that its commit is done.
+            conn = self.connector.session() if self.connector.connected else None
+            outcome = self.doorbell.ring(conn, time_left=self.time_left())
             if outcome != "off":
                 count(self.metrics, {f"Doorbell{outcome.capitalize()}": 1})
         return Response(status_code=response.status,

@@ -101,6 +101,13 @@ class DrainObserver:
         # The dead-letter alarm watches JobsFailed: every job that ended failed in this
         # invocation, the janitor's included.
         add("JobsFailed", MetricUnit.Count, summary.failed + summary.reclaimed_failed)
+        # Handlers that ignored their limit and outlived the invocation; drains this one
+        # started (continuation, fan-out); and a drain that found every slot taken.
+        add("HandlersAbandoned", MetricUnit.Count, summary.abandoned)
+        add("DrainsStarted", MetricUnit.Count, summary.continued)
+        if summary.stopped == "busy":
+            add("DrainsBusy", MetricUnit.Count, 1)
+            return
         if summary.stopped == "database_error":
             add("DrainErrors", MetricUnit.Count, 1)
             return

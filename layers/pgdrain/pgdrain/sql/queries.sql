@@ -23,6 +23,52 @@ SELECT set_config('statement_timeout', :statement_ms::int::text, false) AS state
 -- A cheap round trip that tells whether a reused connection is still alive.
 SELECT 1 AS alive
 
+-- name: doorbell_drain_started
+UPDATE pgdrain_doorbell SET drain_started_at = clock_timestamp()
+
+-- name: doorbell_rung
+UPDATE pgdrain_doorbell SET rung_at = clock_timestamp()
+
+-- name: doorbell_state
+-- What a ringer needs after its commit: how many drains hold a slot (each looks for due work
+-- once more after giving its slot back), and whether a ring younger than :window_seconds is
+-- still on its way (no drain has taken a slot since).
+SELECT (SELECT count(*)::int
+        FROM pg_locks
+        WHERE locktype = 'advisory'
+          AND classid = :lock_key::int::oid
+          AND objsubid = 2
+          AND granted
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+           AS drains,
+       coalesce(d.rung_at > coalesce(d.drain_started_at, '-infinity'::timestamptz)
+                AND d.rung_at > now() - make_interval(secs => :window_seconds::float8),
+                false) AS ring_on_its_way
+FROM pgdrain_doorbell AS d
+
+-- name: drain_slot_give_back
+SELECT pg_advisory_unlock(:lock_key::int, :slot::int) AS released
+
+-- name: drain_slot_take
+-- A running drain holds one of :slots session-level advisory locks (key :lock_key, slot):
+-- the first free one, or none (all taken: the drain returns at once). The set is scanned
+-- row by row and stops at the first lock it gets. A lock dies with its session, so a drain
+-- that crashed frees its slot when its connection closes.
+SELECT slot
+FROM generate_series(0, :slots::int - 1) AS slot
+WHERE pg_try_advisory_lock(:lock_key::int, slot)
+LIMIT 1
+
+-- name: drain_slots_taken
+-- How many drains hold a slot now, in this database (pg_locks is readable by every role).
+SELECT count(*)::int AS taken
+FROM pg_locks
+WHERE locktype = 'advisory'
+  AND classid = :lock_key::int::oid
+  AND objsubid = 2
+  AND granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+
 -- name: janitor_select_expired
 -- Running jobs whose lease ran out, oldest first, locked so that two janitors never decide
 -- about the same row; `started` says whether the claim recorded the job's start.
@@ -288,6 +334,19 @@ SELECT queue, status, count(*) AS jobs
 FROM jobs
 GROUP BY queue, status
 ORDER BY queue, status
+
+-- name: jobs_due_count
+-- Due jobs, counted up to :limit through jobs_pending_idx: a bounded index scan, never a
+-- count of the table. Fan-out and continuation only need to know "more than n".
+SELECT count(*)::int AS due
+FROM (
+    SELECT 1
+    FROM jobs
+    WHERE status = 'pending'
+      AND run_at <= now()
+      AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
+    LIMIT :limit::int
+) AS due
 
 -- name: jobs_vacuum
 -- Vacuum the jobs table now, skipping it if another vacuum holds it. Outside any transaction.

@@ -1,0 +1,219 @@
+"""Handlers off the drain's thread: worker threads for plain functions, one event loop for
+``async def`` handlers, each call under a time limit enforced from outside.
+
+The drain's own thread keeps the database connection (claims and finishing writes) and hands
+each job to ``Runner.start`` as a ``Task``. A finished task comes back on the drain's outbox.
+
+A thread cannot be stopped from outside, so an overrun is handled in steps: when a task's
+limit runs out the drain calls ``interrupt``, which raises ``HandlerTimeout`` in the handler's
+thread at its next Python instruction (``PyThreadState_SetAsyncExc``: a sleep or a blocking
+socket read is left first, when it returns) and, for a transactional handler, closes its
+database connection so that a blocked statement ends and the server rolls its transaction
+back. An ``async def`` handler is cancelled by ``asyncio.timeout``. A handler that ignores all
+of that is a runaway: its thread stays busy, the pool starts another in its place, and the
+drain records the job as timed out and never writes what the runaway does later.
+
+The threads are daemons and outlive an invocation: in Lambda a warm container keeps them
+(idle, blocked on the inbox) for the next one. A runaway still running when ``lambda_handler``
+returns is frozen with the container and thaws, still running, in its next invocation.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import HandlerTimeout
+from .models import Job
+from .registry import Handler
+
+if TYPE_CHECKING:
+    import asyncio
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Task:
+    """One job handed to a handler: what ran, and how it ended."""
+
+    job: Job
+    handler: Handler
+    timeout: float
+    started: float
+    """``time.monotonic()`` when it was started."""
+    call: Callable[[Task], Any]
+    """What the worker runs (the handler, or its transaction around it)."""
+    outbox: queue.SimpleQueue[Task]
+    error: BaseException | None = None
+    result: Any = None
+    ended: float | None = None
+    fired_at: float | None = None
+    """When its time limit ran out (it may have ended since)."""
+    recorded: bool = False
+    """Its outcome has been handed to the completer (a timeout recorded before it ended)."""
+    conn: Any = None
+    """A transactional handler's connection while it runs: closed to stop it."""
+    thread_id: int | None = None
+    async_task: asyncio.Task[Any] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def limit_at(self) -> float:
+        return self.started + self.timeout
+
+    @property
+    def finished(self) -> bool:
+        return self.ended is not None
+
+
+class Runner:
+    """A pool of worker threads (grown on demand, so a runaway never costs a slot) and one
+    event loop thread. One per process: a warm Lambda container reuses it."""
+
+    def __init__(self) -> None:
+        self._inbox: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._idle = 0
+        self._threads = 0
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, task: Task) -> None:
+        if _is_async(task.handler):
+            self._event_loop().call_soon_threadsafe(self._start_async, task)
+            return
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                self._threads += 1
+                threading.Thread(target=self._work, name=f"pgdrain-worker-{self._threads}",
+                                 daemon=True).start()
+        self._inbox.put(task)
+
+    def interrupt(self, task: Task) -> None:
+        """Stop ``task``'s handler if it is still running (see the module docstring)."""
+        with task.lock:
+            if task.finished:
+                return
+            if task.async_task is not None and self._loop is not None:
+                self._loop.call_soon_threadsafe(task.async_task.cancel)
+            elif task.thread_id is not None:
+                _raise_in_thread(task.thread_id, HandlerTimeout)
+            conn = task.conn
+        if conn is not None:
+            _close_socket(conn)
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    def _work(self) -> None:
+        ident = threading.get_ident()
+        while True:
+            task = None
+            try:
+                task = self._inbox.get()
+                if task is None:
+                    return
+                task.thread_id = ident
+                try:
+                    task.result = task.call(task)
+                except BaseException as exc:  # the job's failure, whatever it is
+                    task.error = exc
+                self._finish(task, ident)
+            except BaseException:  # an interrupt that arrived between two tasks
+                if task is not None and not task.finished:
+                    task.error = task.error or HandlerTimeout("interrupted")
+                    self._finish(task, ident)
+                continue
+            finally:
+                with self._lock:
+                    self._idle += 1
+
+    @staticmethod
+    def _finish(task: Task, ident: int) -> None:
+        with task.lock:  # from here on no interrupt can be aimed at this thread
+            task.ended = time.monotonic()
+            _raise_in_thread(ident, None)  # clear one that arrived just as it returned
+        task.outbox.put(task)
+
+    # --- async def handlers: one loop in its own thread ---
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        import asyncio  # only drains that meet an async def handler pay for it
+
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="pgdrain-asyncio",
+                                 daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    def _start_async(self, task: Task) -> None:
+        import asyncio
+
+        task.async_task = asyncio.ensure_future(self._run_async(task))
+
+    @staticmethod
+    async def _run_async(task: Task) -> None:
+        import asyncio
+
+        try:
+            async with asyncio.timeout(task.timeout):
+                task.result = await task.handler.func(task.job)
+        except TimeoutError as exc:
+            task.error = HandlerTimeout(f"timed out after {task.timeout:g} s")
+            task.error.__cause__ = exc
+        except asyncio.CancelledError:
+            task.error = HandlerTimeout(f"timed out after {task.timeout:g} s")
+        except BaseException as exc:
+            task.error = exc
+        with task.lock:
+            task.ended = time.monotonic()
+        task.outbox.put(task)
+
+
+_RUNNER: Runner | None = None
+_RUNNER_LOCK = threading.Lock()
+
+
+def runner() -> Runner:
+    """The process's runner, created on first use."""
+    global _RUNNER
+    with _RUNNER_LOCK:
+        if _RUNNER is None:
+            _RUNNER = Runner()
+        return _RUNNER
+
+
+def _is_async(handler: Handler) -> bool:
+    return handler.is_async
+
+
+def _raise_in_thread(ident: int, exc_type: type[BaseException] | None) -> None:
+    """Raise ``exc_type`` in thread ``ident`` at its next instruction (None: cancel one that
+    is pending)."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(ident), ctypes.py_object(exc_type) if exc_type is not None else None)
+
+
+def _close_socket(conn: Any) -> None:
+    """End a pg8000 connection's socket from another thread: a read blocked on it returns."""
+    sock = getattr(conn, "_usock", None)
+    if sock is None:
+        return
+    try:
+        import socket
+
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        log.debug("shutting a handler's connection down failed", exc_info=True)
