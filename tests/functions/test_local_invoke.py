@@ -157,7 +157,8 @@ def test_environment_is_resolved_as_sam_local_does():
     # Globals and the function's own, every value a string.
     assert env["DATABASE_URL"] == "postgresql://u@db:5432/app"  # the file's Parameters
     assert env["PGDRAIN_MAX_JOBS"] == "6"  # the function's entry beats Parameters
-    assert env["PGDRAIN_BATCH_SIZE"] == "10"  # another function's entry does not apply
+    assert env["PGDRAIN_BATCH_SIZE"] == "100"  # another function's entry does not apply
+    assert env["PGDRAIN_LEASE_SECONDS"] == ""  # Fn::If on the template's condition: unset
     assert env["DRAIN_FUNCTION_NAME"] == ""  # declared by the function, overridden
     assert env["POWERTOOLS_LOG_LEVEL"] == "DEBUG"  # the shell beats the template
     assert env["DB_PORT"] == "5432"  # a Number parameter's Default

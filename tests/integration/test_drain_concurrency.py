@@ -84,13 +84,14 @@ def test_a_transactional_handler_over_its_limit_is_rolled_back_and_retried(
 
 def test_blocked_and_stubborn_handlers_never_hold_the_drain_past_its_deadline(
         connector, conn, sql):
-    registry, release = Registry(), threading.Event()
+    registry, release, opened = Registry(), threading.Event(), []
     listener = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
 
     @pgdrain.job("blocked", timeout=0.5, registry=registry)
     def blocked(job):
-        with socket.create_connection(listener.getsockname()) as s:
-            s.recv(1)  # no timeout: only its answer would end this
+        s = socket.create_connection(listener.getsockname())
+        opened.append(s)  # the test closes it
+        s.recv(1)  # no timeout: only an answer would end this
 
     @pgdrain.job("stubborn", timeout=0.5, registry=registry)
     def stubborn(job):
@@ -120,4 +121,7 @@ def test_blocked_and_stubborn_handlers_never_hold_the_drain_past_its_deadline(
         assert all(rows[i]["status"] == "done" for i in quick_ids)
     finally:
         release.set()
+        for s in opened:
+            s.shutdown(socket.SHUT_RDWR)  # the runaway's recv returns
+            s.close()
         listener.close()

@@ -77,9 +77,14 @@ def test_a_stack_without_api_auth_is_refused_by_a_rule():
         {"Fn::Equals": [{"Ref": "ApiKeyRequired"}, "true"]}]}
 
 
-def test_lease_default_exceeds_the_drain_timeout():
+def test_the_lease_follows_the_function_unless_set():
+    # 0: PGDRAIN_LEASE_SECONDS is left empty, and the drain leases for its time left plus a
+    # minute; a value is passed through, and the drain checks it against its timeout.
     parameters = TEMPLATE["Parameters"]
-    assert parameters["LeaseSeconds"]["Default"] > parameters["DrainTimeout"]["MaxValue"]
+    assert parameters["LeaseSeconds"]["Default"] == 0
+    variables = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    assert variables["PGDRAIN_LEASE_SECONDS"] == {
+        "Fn::If": ["HasLeaseSeconds", {"Ref": "LeaseSeconds"}, ""]}
 
 
 def code_settings() -> set[str]:

@@ -39,7 +39,7 @@ from .janitor import run_janitor, vacuum_if_due
 from .models import Finish, JanitorResult, Job, Outcome, Written
 from .policy import Backoff, Fail, Retry, Wait, after_failure, decide
 from .registry import Handler, Registry
-from .runner import Runner, Task, runner
+from .runner import DURATIONS, Runner, Task, runner
 from .settings import Settings
 from .timeouts import TimeLimits
 
@@ -506,6 +506,7 @@ class _Drain:
         self.started += 1
         self.pace.start()
         self._run_job(job, handler, min(budget, left))
+        self.pace.finish()
         return True
 
     def _least_to_start(self) -> float:
@@ -651,8 +652,6 @@ class _Drain:
     def _count(self, job: Job, outcome: str, duration: float,
                error: BaseException | None) -> None:
         setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
-        if outcome != "released":
-            self.pace.finish()
         self.observer.job_finished(job, outcome, duration, error)
 
 
@@ -757,6 +756,9 @@ class _Concurrent:
         free = self.size - len(self.running) - len(self.ready)
         if free <= 0 and d.pace.jobs_in(CLAIM_AHEAD_SECONDS) <= len(self.ready):
             return False
+        # What finished is written before the next claim, as a batch at a time would: a
+        # write of thousands of outcomes costs more per row than a batch's.
+        d.completer.flush()
         jobs = d._claim(d._claim_size(room, free=max(free, 0)))
         if not jobs:
             if self.running:
@@ -819,6 +821,10 @@ class _Concurrent:
                 self.stopping = d._stopping("deadline")
                 d.completer.flush()
                 return False
+            if self._inline(handler):
+                del self.ready[index]
+                self._run_inline(job, handler, min(budget, left))
+                return True
             session = None
             if handler.transactional:
                 session = d.store.lend(d.io_deadline)
@@ -828,6 +834,22 @@ class _Concurrent:
             self._launch(job, handler, min(budget, left), session)
             return True
         return False
+
+    def _inline(self, handler: Handler) -> bool:
+        """A quick plain handler runs on the drain's own thread, under its SIGALRM limit
+        (where there is one): a worker thread would cost more than the job."""
+        return (not handler.transactional and not handler.is_async and self.d.limits.active
+                and DURATIONS.quick(handler.job_type))
+
+    def _run_inline(self, job: Job, handler: Handler, timeout: float) -> None:
+        d = self.d
+        started = time.monotonic()
+        d.started += 1
+        d.pace.start()
+        d._run_job(job, handler, timeout)
+        DURATIONS.record(handler.job_type, time.monotonic() - started)
+        d.pace.finish()
+        d.completer.flush_if_due()
 
     def _launch(self, job: Job, handler: Handler, timeout: float,
                 session: Session | None) -> None:
@@ -883,7 +905,10 @@ class _Concurrent:
         self.by_type[task.job.job_type] -= 1
         self.isolated = False if not self.running else self.isolated
         self.claimed_nothing = False
+        d.pace.finish()
         job, handler, duration = task.job, task.handler, (task.ended or 0.0) - task.started
+        if not handler.is_async and not handler.transactional and task.begun is not None:
+            DURATIONS.record(job.job_type, (task.ended or task.begun) - task.begun)
         error = task.error
         if session is not None and task.result == "committed":
             d._count(job, "done", duration, None)  # its transaction wrote done with its work
