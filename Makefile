@@ -74,3 +74,9 @@ openapi: $(STAMP) ## write docs/openapi.json (the enqueue API) from the code
 .PHONY: backlog
 backlog: $(STAMP) ## drain a 10,000-job backlog of 200 ms jobs through the local Lambda Invoke stand-in (fan-out, continuation)
 	$(BIN)/python bench/backlog.py --jobs $(or $(JOBS),10000) --max-drains $(or $(MAX_DRAINS),4 16)
+
+.PHONY: bench-peers
+bench-peers: $(STAMP) ## no-op throughput beside PgQueuer and procrastinate (installed in .venv-bench)
+	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/python -m pip --disable-pip-version-check -q install -e '.[bench]'
+	PEERS_PYTHON=.venv-bench/bin/python $(BIN)/python bench/throughput.py --rounds 3

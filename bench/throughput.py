@@ -56,10 +56,27 @@ CONFIGS = [
     ("drain function, 8 processes, defaults", "drain", 8, None, {}),
     ("bare claim loop, 1 process, batch 100", "bare", 1, 100, {}),
     ("bare claim loop, 4 processes, batch 100", "bare", 4, 100, {}),
+    # Peers (with PEERS_PYTHON, see bench/peer_worker.py), at their defaults and tuned.
+    ("PgQueuer, 4 processes, defaults (batch 10)", "pgqueuer", 4, None, {"PEER": "default"}),
+    ("PgQueuer, 4 processes, batch 100", "pgqueuer", 4, None, {"PEER": "tuned"}),
+    ("procrastinate, 4 processes, defaults (concurrency 1)", "procrastinate", 4, None,
+     {"PEER": "default"}),
+    ("procrastinate, 4 processes, concurrency 10", "procrastinate", 4, None,
+     {"PEER": "tuned"}),
 ]
+PEERS = ("pgqueuer", "procrastinate")
+PEERS_PYTHON = os.environ.get("PEERS_PYTHON")
+PEER_WORKER = str(ROOT / "bench" / "peer_worker.py")
+PEER_LEFT = {"pgqueuer": "SELECT count(*) FROM pgqueuer",
+             "procrastinate": "SELECT count(*) FROM procrastinate_jobs "
+                              "WHERE status <> 'succeeded'"}
 
 
-def fill(conn, mode: str, jobs: int) -> None:
+def fill(conn, mode: str, jobs: int, url: str = "") -> None:
+    if mode in PEERS:
+        subprocess.run([PEERS_PYTHON, PEER_WORKER, "fill", mode, url, str(jobs)], check=True)
+        conn.run("VACUUM ANALYZE")
+        return
     table = "seed_jobs" if mode == "seed" else "jobs"
     conn.run(f"TRUNCATE {table}")
     conn.run(f"INSERT INTO {table} (job_type) SELECT 'noop' FROM generate_series(1, {jobs})")
@@ -75,7 +92,9 @@ def run_once(url: str, mode: str, processes: int, batch: int | None,
         env["PGDRAIN_BATCH_SIZE"] = str(batch)
     # The functions' logs go to /dev/null, as in Lambda they leave the process for the platform:
     # no reader here competes with the workers for the two CPUs. Markers come on stderr.
-    workers = [subprocess.Popen([sys.executable, str(ROOT / "bench" / "worker.py"), mode],
+    command = ([PEERS_PYTHON, PEER_WORKER, "run", mode, url, extra["PEER"]] if mode in PEERS
+               else [sys.executable, str(ROOT / "bench" / "worker.py"), mode])
+    workers = [subprocess.Popen(command,
                                 env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
                for _ in range(processes)]
@@ -124,15 +143,24 @@ def run(conn, url: str, args: argparse.Namespace) -> None:
     version = conn.run("SHOW server_version")[0][0]
     configs = [c for c in CONFIGS if c is CONFIGS[0] or not args.only
                or any(text in c[0] for text in args.only)]
+    if not PEERS_PYTHON:
+        configs = [c for c in configs if c[1] not in PEERS]
+        print("PEERS_PYTHON is not set: PgQueuer and procrastinate are left out "
+              "(make bench-peers)", file=sys.stderr)
+    for peer in {c[1] for c in configs} & set(PEERS):
+        subprocess.run([PEERS_PYTHON, PEER_WORKER, "install", peer, url], check=True)
     rates: dict[str, list[float]] = {label: [] for label, *_ in configs}
     for round_no in range(args.rounds):
         order = configs[round_no % len(configs):] + configs[:round_no % len(configs)]
         for label, mode, processes, batch, extra in order:
-            fill(conn, mode, args.jobs)
+            fill(conn, mode, args.jobs, url)
             seconds = run_once(url, mode, processes, batch, extra)
-            left = conn.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0] \
-                if mode != "seed" else \
-                conn.run("SELECT count(*) FROM seed_jobs WHERE status <> 'done'")[0][0]
+            if mode in PEERS:
+                left = conn.run(PEER_LEFT[mode])[0][0]
+            elif mode == "seed":
+                left = conn.run("SELECT count(*) FROM seed_jobs WHERE status <> 'done'")[0][0]
+            else:
+                left = conn.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0]
             if left:
                 raise SystemExit(f"{label}: {left} jobs were not done")
             rates[label].append(args.jobs / seconds)
