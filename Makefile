@@ -24,7 +24,19 @@ $(STAMP): requirements-dev.txt layers/pgdrain/requirements.txt layers/pgdrain/re
 
 venv: $(STAMP)
 
-demo: $(STAMP) ## run the seed article's scenario on an embedded PostgreSQL
+# The demo installs only what it runs (about 15 packages, not the test tools' hundred); a
+# venv that `make test` built has it all already.
+DEMO_STAMP := $(VENV)/.demo-$(shell cat requirements-demo.txt layers/pgdrain/requirements.txt pyproject.toml dev/pyproject.toml | cksum | cut -d' ' -f1)
+
+$(DEMO_STAMP): requirements-demo.txt layers/pgdrain/requirements.txt pyproject.toml dev/pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "pgdrain needs Python 3.11 or newer; set PYTHON=python3.x"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -r requirements-demo.txt
+	$(PIP) install --no-deps -e . -e dev/
+	touch $@
+
+demo: $(DEMO_STAMP) ## run the seed article's scenario on an embedded PostgreSQL
 	$(BIN)/python demo/seed.py
 
 test: $(STAMP) ## run the whole suite (embedded PostgreSQL, or DATABASE_URL)
@@ -45,7 +57,8 @@ lint: $(STAMP) ## ruff (complexity included), the import contracts, mypy --stric
 migrate: $(STAMP) ## apply migrations to DATABASE_URL
 	$(BIN)/pgdrain migrate
 
-# The SAM CLI lives in its own environment: its exact pins clash with the test tools'.
+# The SAM CLI lives in its own environment: its exact pins clash with the test tools'. The
+# checks below need a region only to expand ARNs: any will do, none is deployed to.
 # cfn-lint 1.53.3: later versions no longer run the SAM transform and miss broken runtimes,
 # schedules and API references.
 SAM_VENV ?= .venv-sam
@@ -63,6 +76,24 @@ sam-check: $(SAM_STAMP) ## sam validate, sam validate --lint and sam build (no D
 	$(SAM) validate
 	$(SAM) validate --lint
 	$(SAM) build
+
+# The region is the deployer's choice, never a default: REGION=..., or AWS_REGION /
+# AWS_DEFAULT_REGION from the shell. The first deploy asks for the parameters (sam deploy
+# --guided, saved in samconfig.toml); later ones reuse them. The stack's outputs come last.
+STACK ?= pgdrain
+DEPLOY_REGION = $(or $(REGION),$(AWS_REGION),$(AWS_DEFAULT_REGION))
+.PHONY: deploy deploy-region
+deploy-region:
+	@test -n "$(DEPLOY_REGION)" || { echo "make deploy: which region? make deploy REGION=eu-west-1 (or set AWS_REGION)"; exit 2; }
+
+deploy: deploy-region $(SAM_STAMP) ## build and deploy the stack (REGION=eu-west-1; asks for parameters the first time), then print its outputs
+	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam build
+	if grep -q '^parameter_overrides' samconfig.toml; then \
+	  SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam deploy --stack-name $(STACK) --region $(DEPLOY_REGION); \
+	else \
+	  SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam deploy --guided --stack-name $(STACK) --region $(DEPLOY_REGION); \
+	fi
+	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam list stack-outputs --stack-name $(STACK) --region $(DEPLOY_REGION) --output table
 
 clean: ## remove the virtual environments, caches and build output
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .hypothesis .aws-sam

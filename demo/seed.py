@@ -27,7 +27,7 @@ from pathlib import Path
 from pgdrain.db import connect
 from pgdrain.migrate import migrate
 from pgdrain_dev.context import LambdaContext
-from pgdrain_dev.embedded import scratch_database
+from pgdrain_dev.embedded import demo_database, demo_datadir, scratch_database
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_JOBS = [
@@ -111,9 +111,10 @@ def print_table(rows: list[dict]) -> None:
 
 
 def main() -> None:
-    if not os.environ.get("DATABASE_URL"):
+    embedded = not os.environ.get("DATABASE_URL")
+    if embedded:
         print("Starting an embedded PostgreSQL...")
-    with scratch_database("pgdrain_demo") as url:
+    with demo_database() if embedded else scratch_database("pgdrain_demo") as url:
         conn = connect(url)
         migrate(conn)
         print("Database ready.")
@@ -141,6 +142,9 @@ def main() -> None:
         print_table([dict(zip(["id", "job_type", "status", "attempts"], r, strict=True))
                      for r in rows])
         conn.close()
+    if embedded:
+        print(f"\nThe demo's queue stays in {demo_datadir()}: try `.venv/bin/pgdrain stats`, "
+              "`.venv/bin/pgdrain list` or `.venv/bin/pgdrain top` (no setting needed).")
 
 
 if __name__ == "__main__":

@@ -89,3 +89,45 @@ def scratch_database(prefix: str = "pgdrain", server_url: str | None = None) -> 
         admin.close()
         if server is not None:
             server.stop()
+
+
+# --- the demo's database, kept for the operator's commands afterwards --------------------------
+
+DEMO_DATABASE = "pgdrain_demo"
+_demo_server: EmbeddedPostgres | None = None
+
+
+def demo_datadir() -> Path:
+    """Where ``make demo`` keeps its embedded server (per user, under the system temp dir)."""
+    return Path(tempfile.gettempdir()) / f"pgdrain-demo-{os.getuid()}"
+
+
+@contextmanager
+def demo_database() -> Iterator[str]:
+    """A fresh ``pgdrain_demo`` database on the demo's embedded server, kept afterwards: the
+    server stops when the block ends, and ``pgdrain`` commands start it again."""
+    from pgdrain.db import connect
+
+    server = start(demo_datadir())
+    try:
+        admin = connect(server.url)
+        try:
+            admin.run(f'DROP DATABASE IF EXISTS "{DEMO_DATABASE}" WITH (FORCE)')
+            admin.run(f'CREATE DATABASE "{DEMO_DATABASE}"')
+        finally:
+            admin.close()
+        yield server.url_for(DEMO_DATABASE)
+    finally:
+        server.stop()
+
+
+def demo_database_url() -> str | None:
+    """The demo's database, if ``make demo`` ran on this machine (an entry point of the
+    ``pgdrain.databases`` group: the ``pgdrain`` command's database when none is configured).
+    Starts the server for the life of this process."""
+    global _demo_server
+    if not demo_datadir().is_dir():
+        return None
+    if _demo_server is None:
+        _demo_server = start(demo_datadir())
+    return _demo_server.url_for(DEMO_DATABASE)

@@ -110,3 +110,53 @@ def test_one_invoke_drains_a_backlog_through_continuation_and_fan_out(
     # Fan-out ran drains side by side, never more than PGDRAIN_MAX_DRAINS at once.
     assert 2 <= sampler.most <= 3
     assert max(s["claimed"] for s in summaries) <= 40
+
+
+def test_post_drain_answers_202_at_once_and_the_drain_runs_asynchronously(
+        standin, database_url, load_function, monkeypatch):
+    # API Gateway gives up after 29 s and a drain may run for minutes: the route starts a
+    # drain (an asynchronous invoke of the function itself) and answers at once.
+    from pgdrain_dev.context import LambdaContext
+
+    _state, port, log = standin
+    conn = connect(database_url)
+    try:
+        conn.run("INSERT INTO jobs (job_type, payload) VALUES ('test-sleep', "
+                 "'{\"seconds\": 0.5}')")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "standin")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "standin")
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", f"http://127.0.0.1:{port}")
+        app = load_function("drain")
+        event = json.loads((ROOT / "events" / "drain_api.json").read_text())
+        response = app.lambda_handler(event, LambdaContext("pgdrain-drain"))
+        assert response["statusCode"] == 202
+        body = json.loads(response["body"])
+        assert body["started"] is True and body["request_id"]
+        # The API's invocation claimed nothing: the job is drained by the one it started.
+        wait_until_drained(conn, 30)
+    finally:
+        conn.close()
+    time.sleep(0.5)
+    [record] = [r for r in invocations(log) if "result" in r]
+    assert record["result"]["done"] == 1
+
+
+def test_post_drain_wait_drains_in_the_request_and_answers_the_summary(
+        standin, database_url, load_function, monkeypatch):
+    from pgdrain_dev.context import LambdaContext
+
+    _state, port, log = standin
+    conn = connect(database_url)
+    try:
+        conn.run("INSERT INTO jobs (job_type) VALUES ('test-noop')")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", f"http://127.0.0.1:{port}")
+        app = load_function("drain")
+        event = json.loads((ROOT / "events" / "drain_api.json").read_text())
+        event["queryStringParameters"] = {"wait": "true"}
+        response = app.lambda_handler(event, LambdaContext("pgdrain-drain", timeout_seconds=120))
+    finally:
+        conn.close()
+    assert response["statusCode"] == 200
+    assert json.loads(response["body"])["done"] == 1
+    assert invocations(log) == []  # nothing was invoked

@@ -94,3 +94,48 @@ def test_a_failure_answers_failed_without_the_password(load_function, cloudforma
     assert answer["Status"] == "FAILED"
     assert answer["Reason"].startswith("pgdrain migrate failed: DatabaseConnectError")
     assert "Hunter2-secret" not in json.dumps(answer)
+
+
+@pytest.fixture
+def silent_database():
+    from tests.support.silent import silent_port
+
+    with silent_port() as (port, _):
+        yield port
+
+
+def test_a_database_that_never_answers_gets_failed_before_the_timeout(
+        load_function, cloudformation, silent_database):
+    url, answers = cloudformation
+    app = load_function("migrate", DATABASE_URL=f"postgresql://app:pw@127.0.0.1:{silent_database}"
+                                                "/db?sslmode=disable")
+    context = LambdaContext("pgdrain-migrate", timeout_seconds=app.ANSWER_SECONDS + 3)
+    app.lambda_handler(request("Create", url), context)
+    [answer] = answers
+    assert answer["Status"] == "FAILED"
+    assert "DatabaseConnectError" in answer["Reason"] and "timed out" in answer["Reason"]
+    assert context.get_remaining_time_in_millis() > 0  # answered within the function's timeout
+
+
+def test_the_library_logs_through_the_functions_json_logger(load_function, cloudformation,
+                                                            empty_database_url, capsys):
+    import logging
+
+    url, _ = cloudformation
+    app = load_function("migrate", DATABASE_URL=empty_database_url)
+    capsys.readouterr()
+    context = LambdaContext("pgdrain-migrate")
+    original = app.handle
+
+    def handle_and_log(event, ctx, logger):
+        answer = original(event, ctx, logger)
+        logging.getLogger("pgdrain.migrate").warning("a line from the library")
+        return answer
+
+    app.handle = handle_and_log
+    app.lambda_handler(request("Create", url), context)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    [line] = [r for r in lines if r.get("message") == "a line from the library"]
+    assert (line["level"], line["name"], line["correlation_id"]) == (
+        "WARNING", "pgdrain.migrate", context.aws_request_id)

@@ -21,21 +21,26 @@ PASSWORD = "s3cret-pw"
 APPLIED = "applied: " + ", ".join(f"{v:04d}_{name}" for v, name, _ in migrations())
 
 
-def _env(database_url: str | None) -> dict[str, str]:
-    """The test's environment without DATABASE_URL or PGDRAIN_*, plus ``database_url``."""
+def _env(database_url: str | None, tmpdir: str | None = None) -> dict[str, str]:
+    """The test's environment without database settings or PGDRAIN_*, plus ``database_url``;
+    ``tmpdir`` as the temp dir (where `make demo`'s database would be)."""
     env = {k: v for k, v in os.environ.items()
-           if k != "DATABASE_URL" and not k.startswith("PGDRAIN_")}
+           if k not in ("DATABASE_URL", "DB_SECRET_ARN", "DB_IAM_AUTH")
+           and not k.startswith("PGDRAIN_")}
     if database_url is not None:
         env["DATABASE_URL"] = database_url
+    if tmpdir is not None:
+        env["TMPDIR"] = tmpdir
     env["PYTHONPATH"] = os.pathsep.join(
         [str(LIBRARY), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
 
 
-def pgdrain_cli(database_url: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+def pgdrain_cli(database_url: str | None, *args: str, tmpdir: str | None = None
+                ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m pgdrain ARGS`` with ``DATABASE_URL`` set (or unset, for None)."""
     return subprocess.run(
-        [sys.executable, "-m", "pgdrain", *args], env=_env(database_url), cwd=REPO,
+        [sys.executable, "-m", "pgdrain", *args], env=_env(database_url, tmpdir), cwd=REPO,
         capture_output=True, text=True, timeout=60, check=False,
     )
 
@@ -59,29 +64,59 @@ def test_migrate_applies_the_schema_then_reports_it_up_to_date(empty_database_ur
         conn.close()
 
 
-def test_stats_prints_counts_as_json(database_url, conn):
+def test_stats_per_queue_and_type(database_url, conn, sql):
     pgdrain.enqueue_many(conn, [
         {"job_type": "send-email"},
         {"job_type": "send-email"},
         {"job_type": "send-email"},
         {"job_type": "resize", "queue": "images"},
         {"job_type": "later", "delay_seconds": 3600},
+        {"job_type": "flaky", "queue": "images"},
+        {"job_type": "quick", "queue": "images"},
     ])
     [claimed] = pgdrain.claim(conn, batch_size=1, lease_seconds=60, queues=["images"])
     assert claimed.job_type == "resize"
+    sql("UPDATE jobs SET run_at = now() - interval '90 seconds' WHERE job_type = 'send-email'")
+    for job in pgdrain.claim(conn, batch_size=2, lease_seconds=60, queues=["images"]):
+        assert (pgdrain.fail(conn, job, "boom") if job.job_type == "flaky"
+                else pgdrain.complete(conn, [job]).ids)
 
-    result = pgdrain_cli(database_url, "stats")
+    result = pgdrain_cli(database_url, "stats", "--json")
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
-    assert found["counts"] == {"default": {"pending": 4}, "images": {"running": 1}}
-    assert found["due"] == 3
-    assert found["oldest_due_seconds"] >= 0
+    rows = {(r["queue"], r["job_type"]): r for r in found["queues"]}
+    assert set(rows) == {("default", "send-email"), ("default", "later"), ("images", "resize"),
+                         ("images", "flaky"), ("images", "quick")}
+    email = rows["default", "send-email"]
+    assert (email["due"], email["scheduled"], email["running"], email["failed"]) == (3, 0, 0, 0)
+    assert 89 <= email["oldest_due_seconds"] < 600
+    assert (rows["default", "later"]["due"], rows["default", "later"]["scheduled"]) == (0, 1)
+    assert rows["images", "resize"]["running"] == 1
+    assert (rows["images", "flaky"]["failed"], rows["images", "flaky"]["failed_last_hour"]) == (
+        1, 1)
+    assert (rows["images", "quick"]["done_last_minute"],
+            rows["images", "quick"]["done_last_hour"]) == (1, 1)
+    assert found["totals"]["due"] == 3 and found["totals"]["failed"] == 1
+    assert found["drains_running"] == 0
+
+    table = pgdrain_cli(database_url, "stats")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["QUEUE", "TYPE", "DUE", "SCHEDULED", "RUNNING", "FAILED",
+                                "OLDEST", "DUE", "DONE", "1M", "DONE", "1H", "FAILED", "1H"]
+    email_line = next(line for line in lines if "send-email" in line).split()
+    assert email_line[:6] == ["default", "send-email", "3", "0", "0", "0"]
+    assert email_line[6] == "1m"  # the oldest due job has waited a minute and a half
+    assert any(line.startswith("(all)") for line in lines)
+    assert lines[-1] == "drains running: 0"
 
 
 def test_stats_on_an_empty_queue(database_url):
-    result = pgdrain_cli(database_url, "stats")
+    result = pgdrain_cli(database_url, "stats", "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {"counts": {}, "due": 0, "oldest_due_seconds": 0}
+    found = json.loads(result.stdout)
+    assert found["queues"] == [] and found["totals"]["due"] == 0
+    assert pgdrain_cli(database_url, "stats").stdout.startswith("no jobs")
 
 
 def test_requeue_by_id_gives_only_that_failed_job_fresh_attempts(database_url, conn, sql):
@@ -92,7 +127,7 @@ def test_requeue_by_id_gives_only_that_failed_job_fresh_attempts(database_url, c
 
     result = pgdrain_cli(database_url, "requeue", "--id", str(chosen))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"requeued 1 job(s): [{chosen}]"
+    assert result.stdout.strip() == f"requeued 1 job(s): {chosen}"
     rows = sql("SELECT id, status, attempts FROM jobs ORDER BY id")
     assert rows == [{"id": chosen, "status": "pending", "attempts": 0},
                     {"id": other, "status": "failed", "attempts": 1}]
@@ -132,10 +167,12 @@ def test_janitor_skips_while_another_drain_holds_its_lock(database_url, conn):
 
 
 @pytest.mark.parametrize("database_url_value", [None, ""], ids=["unset", "empty"])
-def test_without_database_url_exits_2_saying_so(database_url_value):
-    result = pgdrain_cli(database_url_value, "stats")
+def test_without_a_database_exits_2_saying_how_to_give_one(database_url_value, tmp_path):
+    # No setting and no `make demo` database (the temp dir is empty).
+    result = pgdrain_cli(database_url_value, "stats", tmpdir=str(tmp_path))
     assert result.returncode == 2
-    assert "DATABASE_URL is not set" in result.stderr
+    assert "no database configured: set DATABASE_URL, or DB_SECRET_ARN" in result.stderr
+    assert "make demo" in result.stderr
     assert result.stdout == ""
 
 
@@ -201,7 +238,7 @@ def test_requeue_with_an_id_no_job_can_have_says_so(database_url, ident):
 def test_a_database_error_prints_the_servers_message_only(empty_database_url):
     # No schema: the server refuses the statement. One line, its message and SQLSTATE; not
     # the record pg8000 carries (severity, source file, line, routine).
-    result = pgdrain_cli(empty_database_url, "requeue")
+    result = pgdrain_cli(empty_database_url, "requeue", "--all")
     assert result.returncode == 1
     assert result.stderr.strip() == ('pgdrain requeue: the database refused it: relation "jobs" '
                                      'does not exist (SQLSTATE 42P01)')
@@ -223,3 +260,175 @@ def test_invoke_says_where_it_comes_from_without_the_dev_tools(monkeypatch, caps
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
     assert cli.main(["invoke", "DrainFunction", "-e", "events/drain_direct.json"]) == 2
     assert "comes with pgdrain's development tools" in capsys.readouterr().err
+
+
+def _failed_jobs(conn, specs):
+    """Enqueue ``specs`` and fail each once: their ids, in order."""
+    ids = [r.id for r in pgdrain.enqueue_many(conn, specs)]
+    for job in pgdrain.claim(conn, batch_size=len(ids), lease_seconds=60):
+        assert pgdrain.fail(conn, job, f"boom {job.id}\nTraceback: line 2")
+    return ids
+
+
+def test_list_filters_by_status_type_queue_and_age(database_url, conn, sql):
+    failed = _failed_jobs(conn, [{"job_type": "sync", "queue": "crm"},
+                                 {"job_type": "sync", "queue": "crm"},
+                                 {"job_type": "email"}])
+    pending = pgdrain.enqueue(conn, "sync", queue="crm").id
+    sql("UPDATE jobs SET updated_at = now() - interval '2 hours' WHERE id = :id", id=failed[0])
+
+    result = pgdrain_cli(database_url, "list", "--status", "failed", "--type", "sync",
+                         "--queue", "crm", "--json")
+    assert result.returncode == 0, result.stderr
+    assert [r["id"] for r in json.loads(result.stdout)] == [failed[1], failed[0]]
+    recent = pgdrain_cli(database_url, "list", "--status", "failed", "--since", "1h", "--json")
+    assert [r["id"] for r in json.loads(recent.stdout)] == [failed[2], failed[1]]
+    everything = pgdrain_cli(database_url, "list", "--limit", "2", "--json")
+    assert [r["id"] for r in json.loads(everything.stdout)] == [pending, failed[2]]
+
+    table = pgdrain_cli(database_url, "list", "--status", "failed")
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:4] == ["ID", "TYPE", "QUEUE", "STATUS"]
+    # The error's newline is shown escaped: one job, one line.
+    assert len(lines) == 4
+    assert f"boom {failed[2]}\\nTraceback: line 2" in lines[1]
+    none = pgdrain_cli(database_url, "list", "--type", "nothing-like-this")
+    assert none.returncode == 0 and none.stdout.strip() == "no jobs match"
+
+
+def test_show_prints_every_field_and_the_last_error(database_url, conn):
+    [ident] = _failed_jobs(conn, [{"job_type": "sync", "payload": {"contact": 42}}])
+    result = pgdrain_cli(database_url, "show", str(ident), "--json")
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)
+    assert (job["id"], job["status"], job["payload"]) == (ident, "failed", {"contact": 42})
+    assert job["last_error"] == f"boom {ident}\nTraceback: line 2"
+    assert job["errors"][0]["error"] == job["last_error"]
+
+    text = pgdrain_cli(database_url, "show", str(ident))
+    assert text.returncode == 0, text.stderr
+    fields = {line.split()[0] for line in text.stdout.splitlines() if line[:1].strip()}
+    assert {"id", "job_type", "status", "payload", "attempts", "last_error", "errors",
+            "run_at", "created_at", "finished_at"} <= fields
+
+    missing = pgdrain_cli(database_url, "show", "987654321")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "pgdrain show: there is no job 987654321"
+
+
+def test_requeue_selects_by_type_or_queue_or_all_in_batches(database_url, conn, sql):
+    ids = _failed_jobs(conn, [{"job_type": "sync"}] * 5 + [{"job_type": "email", "queue": "mail"}]
+                       + [{"job_type": "other"}])
+    by_queue = pgdrain_cli(database_url, "requeue", "--queue", "mail", "--json")
+    assert json.loads(by_queue.stdout) == {"requeued": [ids[5]]}
+    # Five sync jobs, two per statement: three batches, one call.
+    by_type = pgdrain_cli(database_url, "requeue", "--type", "sync", "--batch", "2")
+    assert by_type.returncode == 0, by_type.stderr
+    assert by_type.stdout.strip() == "requeued 5 job(s): " + ", ".join(map(str, ids[:5]))
+    rest = pgdrain_cli(database_url, "requeue", "--all", "--json")
+    assert json.loads(rest.stdout) == {"requeued": [ids[6]]}
+    assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'failed'")[0]["n"] == 0
+
+    unsaid = pgdrain_cli(database_url, "requeue")
+    assert unsaid.returncode == 2
+    assert "say which failed jobs: --id, --type, --queue, or --all" in unsaid.stderr
+
+
+def test_purge_counts_first_and_deletes_with_yes(database_url, conn, sql):
+    old = _failed_jobs(conn, [{"job_type": "sync"}] * 3)
+    young = _failed_jobs(conn, [{"job_type": "sync"}])
+    done = pgdrain.enqueue(conn, "email").id
+    pgdrain.complete(conn, pgdrain.claim(conn, batch_size=1, lease_seconds=60))
+    sql("UPDATE jobs SET finished_at = now() - interval '8 days' WHERE id = ANY(:ids)",
+        ids=[*old, done])
+
+    count = pgdrain_cli(database_url, "purge", "--status", "failed", "--older-than", "7d")
+    assert count.returncode == 0, count.stderr
+    assert count.stdout.strip() == ("3 failed job(s) finished more than 7d 0h ago; run again "
+                                    "with --yes to delete them")
+    assert sql("SELECT count(*) AS n FROM jobs")[0]["n"] == 5
+
+    purge = pgdrain_cli(database_url, "purge", "--status", "failed", "--older-than", "7d",
+                        "--yes", "--batch", "2", "--json")
+    assert json.loads(purge.stdout) == {"purged": 3}
+    left = sql("SELECT id, status FROM jobs ORDER BY id")
+    assert left == [{"id": young[0], "status": "failed"}, {"id": done, "status": "done"}]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["purge", "--status", "failed", "--older-than", "7 days"], "a duration is a number"),
+    (["purge", "--status", "failed", "--older-than=-1d"], "a duration is a number"),
+    (["purge", "--status", "pending", "--older-than", "1d"], "invalid choice: 'pending'"),
+    (["purge", "--status", "done"], "the following arguments are required: --older-than"),
+    (["list", "--since", "soon"], "a duration is a number"),
+    (["list", "--limit", "0"], "a whole number from 1 to 1000000"),
+    (["list", "--status", "lost"], "invalid choice: 'lost'"),
+    (["list", "--queue", "a\x1b[2Jb"], "without control characters"),
+    (["show", "abc"], "a job id is an integer"),
+    (["top", "--interval", "0"], "a refresh interval is a number of seconds"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_bad_arguments_exit_2_saying_what_is_wrong(database_url, args, words):
+    result = pgdrain_cli(database_url, *args)
+    assert result.returncode == 2
+    assert words in result.stderr
+    assert result.stdout == ""
+
+
+def test_top_draws_queues_and_the_drains_holding_slots(database_url, conn):
+    pgdrain.enqueue_many(conn, [{"job_type": "sync", "queue": "crm"}] * 3)
+    conn.run("SELECT pg_advisory_lock(:key::int, 1)", key=pgdrain.store.DRAIN_SLOT_LOCK_KEY)
+    try:
+        result = pgdrain_cli(database_url, "top", "--once")
+    finally:
+        conn.run("SELECT pg_advisory_unlock(:key::int, 1)",
+                 key=pgdrain.store.DRAIN_SLOT_LOCK_KEY)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("pgdrain top")
+    crm = next(line for line in lines if line.startswith("crm")).split()
+    assert crm[:4] == ["crm", "3", "0", "0"]
+    assert "drains running: 1 of 4 slots" in lines
+    slot_line = lines[lines.index("drains running: 1 of 4 slots") + 2].split()
+    assert slot_line[:2] == ["1", str(conn.run("SELECT pg_backend_pid()")[0][0])]
+
+
+def test_top_quits_cleanly_on_ctrl_c(database_url):
+    import signal
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "pgdrain", "top", "--interval", "0.2"],
+                               env=_env(database_url), cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()
+        assert first.startswith("pgdrain top"), process.stderr.read()
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0
+    assert err == ""
+    assert out.count("pgdrain top") >= 2  # it refreshed before Ctrl-C
+
+
+def test_without_settings_it_reaches_the_demo_database(tmp_path, monkeypatch):
+    # `make demo` leaves its embedded database; with no setting the command finds it.
+    pytest.importorskip("pgserver")
+    import tempfile
+
+    from pgdrain.migrate import migrate
+    from pgdrain_dev import embedded
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with embedded.demo_database() as url:
+        conn = connect(url)
+        try:
+            migrate(conn)
+            pgdrain.enqueue(conn, "from-the-demo")
+        finally:
+            conn.close()
+    result = pgdrain_cli(None, "list", "--json", tmpdir=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert [r["job_type"] for r in json.loads(result.stdout)] == ["from-the-demo"]

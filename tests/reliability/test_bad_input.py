@@ -181,7 +181,9 @@ CASES = [
          base64_encoded=True),
     Case("invalid-base64", "not base64 at all!", 400, base64_encoded=True),
     Case("empty-body", "", 400),
-    Case("no-content-type", job(), 415, headers={"Content-Type": None}),
+    # No Content-Type (sam local generate-event, several clients' default) is read as JSON.
+    Case("no-content-type", job(), 201, headers={"Content-Type": None}),
+    Case("another-content-type", job(), 415, headers={"Content-Type": "text/plain"}),
     Case("charset-utf-16", job(), 415,
          headers={"Content-Type": "application/json; charset=utf-16"}),
     Case("charset-latin-1", job(), 415,

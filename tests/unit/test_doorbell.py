@@ -67,32 +67,13 @@ def test_an_endpoint_that_never_answers_fails_the_ring_after_one_attempt(monkeyp
     # A Lambda endpoint that accepts and then says nothing (or is unreachable from a VPC):
     # the ring gives up after one attempt with short timeouts, not botocore's default of
     # three attempts of a minute each, which would outlast the enqueue request itself.
-    import socket
-    import threading
-
     from pgdrain.aws.doorbell import _lambda_client
+    from tests.support.silent import silent_port
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    accepted = []
-
-    def accept():
-        while True:
-            try:
-                accepted.append(listener.accept()[0])  # held open, never answered
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", f"http://127.0.0.1:{listener.getsockname()[1]}")
-    try:
+    with silent_port() as (port, accepted):
+        monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", f"http://127.0.0.1:{port}")
         assert Doorbell("drain", client_factory=_lambda_client).ring() == "failed"
-    finally:
-        listener.close()
-        for conn in accepted:
-            conn.close()
     assert len(accepted) == 1

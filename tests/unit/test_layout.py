@@ -36,3 +36,20 @@ def test_the_layer_holds_the_library_and_the_job_modules_only():
     layer = ROOT / "layers" / "pgdrain"
     packages = {p.name for p in layer.iterdir() if (p / "__init__.py").is_file()}
     assert packages == {"pgdrain", "pgdrain_jobs"}
+
+
+def _pins(name: str) -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / name).read_text().splitlines():
+        line = line.split("#")[0].split(";")[0].strip()
+        if "==" in line:
+            package, version = line.split("==")
+            pins[package.lower().replace("_", "-")] = version
+    return pins
+
+
+def test_the_demo_installs_a_subset_of_the_test_pins():
+    demo, dev = _pins("requirements-demo.txt"), _pins("requirements-dev.txt")
+    assert demo and all(dev.get(package) == version for package, version in demo.items())
+    assert "pytest" not in demo and "-r layers/pgdrain/requirements.txt" in (
+        ROOT / "requirements-demo.txt").read_text()

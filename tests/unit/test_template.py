@@ -167,15 +167,16 @@ def test_least_privilege(function):
         for action in [actions] if isinstance(actions, str) else actions:
             by_action.setdefault(action, []).append(json.dumps(statement["Resource"]))
     invoke = by_action.pop("lambda:InvokeFunction", [])
-    if function == "EnqueueFunction":
-        assert len(invoke) == 1 and '"Ref": "DrainFunction"' in invoke[0]
+    if function == "EnqueueFunction":  # the drain's exact ARN, not SAM's function:NAME*
+        assert invoke == ['{"Fn::GetAtt": ["DrainFunction", "Arn"]}']
     else:
         assert invoke == []
+    logs = f'{{"Fn::GetAtt": ["{function.removesuffix("Function")}Logs", "Arn"]}}'
+    assert by_action.pop("logs:CreateLogStream") == by_action.pop("logs:PutLogEvents") == [logs]
     secrets = ["DatabaseSecretArn", "MigrationSecretArn"] if function == "MigrateFunction" \
         else ["DatabaseSecretArn"]
     assert sorted(by_action.pop("secretsmanager:GetSecretValue")) == sorted(
-        f'{{"Fn::Sub": ["${{secretArn}}", {{"secretArn": {{"Ref": "{name}"}}}}]}}'
-        for name in secrets)
+        f'{{"Ref": "{name}"}}' for name in secrets)
     [connect] = by_action.pop("rds-db:connect")
     assert connect.endswith('dbuser:${DatabaseResourceId}/${DatabaseUser}"}')
     assert by_action == {}  # nothing else, and no "*" resources

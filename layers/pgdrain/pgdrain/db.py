@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import math
+import re
 import ssl
 import threading
 import time
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
@@ -123,9 +125,23 @@ def with_database(url: str, database: str) -> str:
     return parts._replace(path=f"/{database}", query=query).geturl()
 
 
+RDS_CA_BUNDLE = Path(__file__).with_name("certs") / "rds-ca-bundle.pem"
+"""Amazon RDS's certificate authorities and RDS Proxy's, shipped with pgdrain (the layer has
+it at /opt/python/pgdrain/certs/rds-ca-bundle.pem; certs/SOURCE.md says where it comes from)."""
+# <name>.<id>.<region>.rds.amazonaws.com: instances, clusters, RDS Proxy (.cn in China).
+_RDS_HOST = re.compile(r"\.([a-z]{2}(?:-[a-z]+)+-\d)\.rds\.amazonaws\.com(?:\.cn)?$")
+
+
+def rds_region(host: str | None) -> str | None:
+    """The AWS region of an RDS, Aurora or RDS Proxy endpoint; None for any other host."""
+    match = _RDS_HOST.search((host or "").lower().rstrip("."))
+    return match.group(1) if match else None
+
+
 def ssl_context_for(params: ConnectParams) -> ssl.SSLContext | bool | None:
     """pg8000's ``ssl_context`` for an sslmode: False = plain, None = TLS if offered, True =
-    TLS without verification, a context = TLS verified against ``sslrootcert`` (or the system CAs).
+    TLS without verification, a context = TLS verified against ``sslrootcert``, or for an RDS
+    host with none given the RDS CA bundle pgdrain ships, or else the system's CAs.
     """
     mode = params.sslmode
     if mode == "disable":
@@ -134,7 +150,10 @@ def ssl_context_for(params: ConnectParams) -> ssl.SSLContext | bool | None:
         return None
     if mode == "require":
         return True
-    context = ssl.create_default_context(cafile=params.sslrootcert)
+    cafile = params.sslrootcert
+    if cafile is None and rds_region(params.host) is not None:
+        cafile = str(RDS_CA_BUNDLE)
+    context = ssl.create_default_context(cafile=cafile)
     context.check_hostname = mode == "verify-full"
     return context
 

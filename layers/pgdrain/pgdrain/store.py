@@ -256,20 +256,29 @@ def requeue_failed(
     ids: Sequence[int] | None = None,
     job_type: str | None = None,
     queue: str | None = None,
+    batch_size: int = 1000,
 ) -> list[int]:
     """Give failed jobs a fresh set of attempts, due now; returns the requeued ids.
 
-    Filters combine; with none, every failed job is requeued. A failed job whose
+    Filters combine; with none, every failed job is requeued, ``batch_size`` per statement (on
+    a connection in autocommit, each batch commits on its own). A failed job whose
     ``dedupe_key`` a live job holds stays failed (``live_job_with_key`` names the holder); of
     failed jobs sharing a free key, only the newest is requeued.
     """
-    session = as_session(conn)
     params = {"ids": None if ids is None else [job_id(i) for i in ids], "job_type": job_type,
-              "queue": queue}
+              "queue": queue, "limit": batch_size}
+    requeued: list[int] = []
+    while True:
+        batch = _requeue_batch(as_session(conn), params)
+        requeued.extend(batch)
+        if len(batch) < batch_size:
+            return sorted(requeued)
+
+
+def _requeue_batch(session: Session, params: dict[str, Any]) -> list[int]:
     for attempt in range(_REQUEUE_ROUNDS):
         try:
-            rows = session.rows("job_requeue_failed", **params)
-            return sorted(r["id"] for r in rows)
+            return [r["id"] for r in session.rows("job_requeue_failed", **params)]
         except Exception as exc:
             # A concurrent enqueue or requeue made a key live after this statement's snapshot
             # (unique violation): a fresh statement sees it and skips that job. Only on a
@@ -304,6 +313,47 @@ def stats(conn: Any) -> QueueStats:
 
 
 
+def overview(conn: Any) -> list[dict[str, Any]]:
+    """Per queue and job type: due, scheduled, running and failed jobs, the oldest due job's
+    wait, and what finished in the last minute and hour (see the catalogue)."""
+    return as_session(conn).rows("job_overview_by_queue_type")
+
+
+def list_jobs(conn: Any, *, status: str | None = None, job_type: str | None = None,
+              queue: str | None = None, since_seconds: float | None = None,
+              limit: int = 50) -> list[dict[str, Any]]:
+    """The newest ``limit`` jobs matching the filters (None matches all), newest first."""
+    return as_session(conn).rows("job_list", status=status, job_type=job_type, queue=queue,
+                                 since_seconds=since_seconds, limit=limit)
+
+
+def count_purgeable(conn: Any, *, status: str, older_than_seconds: float) -> int:
+    """How many ``status`` jobs finished more than ``older_than_seconds`` ago."""
+    row = as_session(conn).one("job_count_purgeable", status=status,
+                               older_than_seconds=older_than_seconds)
+    return int(row["jobs"]) if row else 0
+
+
+def purge_finished(conn: Any, *, status: str, older_than_seconds: float,
+                   batch_size: int = 1000) -> int:
+    """Delete ``status`` jobs (done or failed) finished more than ``older_than_seconds`` ago,
+    ``batch_size`` per statement, until none is left; how many went."""
+    if status not in PURGEABLE_STATUSES:
+        raise ValueError(f"only {' and '.join(PURGEABLE_STATUSES)} jobs are purged, "
+                         f"not {status!r}")
+    session, purged = as_session(conn), 0
+    while True:
+        row = session.one("job_purge_finished_batch", status=status,
+                          older_than_seconds=older_than_seconds, limit=batch_size)
+        batch = int(row["purged"]) if row else 0
+        purged += batch
+        if batch < batch_size:
+            return purged
+
+
+PURGEABLE_STATUSES = ("done", "failed")
+
+
 # --- drain slots and the backlog -----------------------------------------------------------
 
 DRAIN_SLOT_LOCK_KEY = 0x70676472
@@ -318,6 +368,12 @@ def take_drain_slot(conn: Any, slots: int) -> int | None:
 
 def give_back_drain_slot(conn: Any, slot: int) -> None:
     as_session(conn).one("drain_slot_give_back", lock_key=DRAIN_SLOT_LOCK_KEY, slot=slot)
+
+
+def drain_slots_held(conn: Any) -> list[dict[str, Any]]:
+    """The drain slots taken now: ``slot``, ``pid``, ``connected_seconds``, ``state``,
+    ``application_name`` of the session holding each."""
+    return as_session(conn).rows("drain_slots_held", lock_key=DRAIN_SLOT_LOCK_KEY)
 
 
 def drains_running(conn: Any) -> int:

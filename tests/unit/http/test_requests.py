@@ -54,6 +54,11 @@ def test_json_content_types(content_type):
     assert parse({"job_type": "send-email"}, content_type=content_type).jobs
 
 
+def test_a_request_without_a_content_type_is_read_as_json():
+    assert parse(json.dumps({"job_type": "send-email"}), content_type=None
+                 ).jobs[0].job_type == "send-email"
+
+
 def test_a_base64_body():
     body = base64.b64encode(json.dumps({"job_type": "send-email"}).encode()).decode()
     assert parse(body, base64_encoded=True).jobs[0].job_type == "send-email"
@@ -62,7 +67,7 @@ def test_a_base64_body():
 @pytest.mark.parametrize(("body", "kwargs", "status", "words"), [
     ({"job_type": "send-email"}, {"content_type": "text/plain"}, 415,
      "Content-Type must be application/json"),
-    ({"job_type": "send-email"}, {"content_type": None}, 415,
+    ({"job_type": "send-email"}, {"content_type": "application/x-www-form-urlencoded"}, 415,
      "Content-Type must be application/json"),
     ({"job_type": "send-email"}, {"content_type": "application/json; charset=latin-1"}, 415,
      "not charset=latin-1"),

@@ -29,7 +29,6 @@ import json
 import logging
 import math
 import os
-import re
 import ssl
 import sys
 import time
@@ -39,7 +38,7 @@ from typing import Any, Literal
 import pg8000.exceptions
 import pg8000.native
 
-from ..db import _SSLMODES, ConnectParams, connect, parse_database_url, sqlstate
+from ..db import _SSLMODES, ConnectParams, connect, parse_database_url, rds_region, sqlstate
 from ..errors import ConfigError, DatabaseConnectError
 from ..settings import read, setting
 
@@ -55,8 +54,6 @@ RDS_CA_BUNDLE_URL = "https://truststore.pki.rds.amazonaws.com/global/global-bund
 # invalid_password, invalid_authorization_specification (e.g. no pg_hba.conf entry / rejected)
 AUTH_FAILURE_SQLSTATES = frozenset({"28P01", "28000"})
 
-# <name>.<id>.<region>.rds.amazonaws.com (also RDS Proxy endpoints; .cn in China)
-_RDS_HOST = re.compile(r"\.([a-z]{2}(?:-[a-z]+)+-\d)\.rds\.amazonaws\.com(?:\.cn)?$")
 
 _rds_clients: dict[str | None, Any] = {}
 
@@ -275,8 +272,7 @@ def _iam_token(host: str, port: int, user: str) -> str:
     except ImportError:
         raise ConfigError("DB_IAM_AUTH needs boto3 (the Lambda runtime and the pgdrain layer "
                           "have it)") from None
-    match = _RDS_HOST.search(host.lower())
-    region = match.group(1) if match else None  # else boto3's: AWS_DEFAULT_REGION (Lambda)
+    region = rds_region(host)  # else boto3's: AWS_DEFAULT_REGION (Lambda)
     try:
         client = _rds_clients.get(region)
         if client is None:
@@ -348,8 +344,9 @@ def _hint(exc: Exception, mode: Mode, outer: BaseException | None) -> str:
             isinstance(exc, ssl.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc)):
         where = ("add sslrootcert=/path/to/ca.pem to DATABASE_URL" if mode == "url" else
                  "set DB_SSL_ROOT_CERT to the CA bundle file that signed the server's certificate")
-        return (f"The server's certificate could not be verified: {where} "
-                f"(for RDS, the global bundle {RDS_CA_BUNDLE_URL})")
+        return (f"The server's certificate could not be verified: {where} (RDS and Aurora "
+                f"hosts are verified against the RDS CA bundle pgdrain ships; {RDS_CA_BUNDLE_URL} "
+                "is AWS's own copy)")
     if isinstance(exc, pg8000.exceptions.InterfaceError) and "refuses SSL" in str(exc):
         setting = "sslmode in DATABASE_URL" if mode == "url" else "DB_SSLMODE"
         return f"The server does not offer TLS; set {setting} to prefer or disable"

@@ -1,13 +1,16 @@
 """The drain function's body: one invocation, from any trigger, to its answer.
 
-Triggers: the EventBridge schedule, ``POST /drain`` through API Gateway (a JSON answer: 200
-with the summary, 405, 500 or 503 with a short error and the request id), and direct or
-asynchronous invokes (the summary itself). ``functions/drain/app.py`` only wires this up.
+Triggers: the EventBridge schedule, ``POST /drain`` through API Gateway, and direct or
+asynchronous invokes (the summary itself). ``POST /drain`` starts a drain asynchronously and
+answers 202 at once; ``POST /drain?wait=true`` drains in the request for at most 25 s and
+answers 200 with the summary (405, 500 or 503 with a short error and the request id).
+``functions/drain/app.py`` only wires this up.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -29,6 +32,17 @@ def event_kind(event: Any) -> str:
         if event.get("source") == "aws.events" or "detail-type" in event:
             return "schedule"
     return "direct"
+
+
+API_WAIT_SECONDS = 25.0
+"""``POST /drain?wait=true`` drains in the request for at most this long: under API Gateway's
+29 s, with room for the answer."""
+
+
+def wants_to_wait(event: dict[str, Any]) -> bool:
+    """``?wait=true`` (or 1, yes): drain in the request and answer with its summary."""
+    query = event.get("queryStringParameters") or {}
+    return str(query.get("wait", "")).strip().lower() in ("true", "1", "yes")
 
 
 def api_answer(status: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -55,9 +69,14 @@ class DrainFunction:
         if kind == "api" and event.get("httpMethod") != "POST":
             count(self.metrics, {"DrainRequestsRefused": 1})
             return api_answer(405, {"error": "use POST /drain"})
+        wait = kind == "api" and wants_to_wait(event)
+        if kind == "api" and not wait:
+            started = self._start_drain(context)
+            if started is not None:
+                return started
         self._check_timeout(context.get_remaining_time_in_millis() / 1000)
         try:
-            summary = self._drain(context)
+            summary = self._drain(context, bound=API_WAIT_SECONDS if kind == "api" else None)
         except Exception:
             # The connection may be mid-transaction or dead: the next invocation starts anew.
             self.connector.discard()
@@ -69,9 +88,31 @@ class DrainFunction:
             raise
         return self._answer(kind, summary, request_id)
 
-    def _drain(self, context: Any) -> DrainSummary:
-        observer = DrainObserver(self.logger, self.metrics)
+    def _start_drain(self, context: Any) -> dict[str, Any] | None:
+        """``POST /drain``: start a drain asynchronously and answer 202 at once (API Gateway
+        gives up on a request after 29 s, a drain may run for minutes). None where there is
+        nothing to invoke (a local run): the caller drains here instead, bounded."""
+        request_id = getattr(context, "aws_request_id", None)
         time_left = lambda: context.get_remaining_time_in_millis() / 1000  # noqa: E731
+        launcher = self._launcher(context, time_left)
+        if launcher is None:
+            return None
+        if launcher.launch(1, "api") == 1:
+            count(self.metrics, {"DrainsStarted": 1})
+            self.logger.info("drain started for POST /drain", extra={"trigger": "api"})
+            return api_answer(202, {"started": True, "request_id": request_id})
+        count(self.metrics, {"DrainErrors": 1})
+        return api_answer(503, {"error": "could not start a drain (see the drain function's "
+                                         "log); the schedule's next tick will drain",
+                                "request_id": request_id})
+
+    def _drain(self, context: Any, *, bound: float | None = None) -> DrainSummary:
+        observer = DrainObserver(self.logger, self.metrics)
+        began = time.monotonic()
+
+        def time_left() -> float:
+            left = float(context.get_remaining_time_in_millis()) / 1000
+            return left if bound is None else min(left, bound - (time.monotonic() - began))
         try:
             summary = drain(self.connector, self.registry, self.settings,
                             time_left=time_left, observer=observer,

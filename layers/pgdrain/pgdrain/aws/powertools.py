@@ -26,13 +26,18 @@ def logger_and_metrics() -> tuple[Logger, Metrics]:
     """A Powertools Logger and Metrics for a function (``POWERTOOLS_SERVICE_NAME``,
     ``POWERTOOLS_METRICS_NAMESPACE``), with pgdrain's own loggers writing through it."""
     service = read("POWERTOOLS_SERVICE_NAME")
-    logger = Logger(service=service)
     metrics = Metrics(namespace=read("POWERTOOLS_METRICS_NAMESPACE"), service=service)
+    return structured_logger(service), metrics
+
+
+def structured_logger(service: str | None = None) -> Logger:
+    """A Powertools Logger for a function, with pgdrain's own loggers writing through it."""
+    logger = Logger(service=service or read("POWERTOOLS_SERVICE_NAME"))
     # The library logs with the standard logging module (it knows nothing of Lambda): its
     # lines come out as the function's JSON, with the correlation id, at its level.
     logging.getLogger(LIBRARY_LOGGER)
     copy_config_to_registered_loggers(source_logger=logger, include={LIBRARY_LOGGER})
-    return logger, metrics
+    return logger
 
 
 def count(metrics: Metrics, counts: Mapping[str, int | float]) -> None:

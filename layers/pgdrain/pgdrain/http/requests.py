@@ -76,7 +76,9 @@ def parse_enqueue(
     ``Idempotency-Key`` header is the single job's ``dedupe_key``; in a batch, item ``i``
     without a key of its own gets ``<key>:<i>``, so a repeated batch request is idempotent too.
     """
-    media_type, _, parameters = (content_type or "").partition(";")
+    # No Content-Type at all (what `sam local generate-event` and several HTTP clients send)
+    # is read as JSON; only a different declared type or charset is refused.
+    media_type, _, parameters = (content_type or "application/json").partition(";")
     if media_type.strip().lower() != "application/json":
         raise ApiError(415, "Content-Type must be application/json",
                        {"content_type": (content_type or "")[:100]})

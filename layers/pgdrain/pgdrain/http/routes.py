@@ -37,7 +37,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/jobs/{id}", "getJob", "A job's state, lease and error history", "enqueue"),
     Route("POST", "/jobs/{id}/retry", "retryJob",
           "Requeue a failed job with a fresh set of attempts, due now", "enqueue"),
-    Route("POST", "/drain", "drain", "Drain the queue now (the drain function)", "drain"),
+    Route("POST", "/drain", "drainNow", "Start a drain now (the drain function)", "drain"),
 )
 
 

@@ -59,6 +59,22 @@ FROM generate_series(0, :slots::int - 1) AS slot
 WHERE pg_try_advisory_lock(:lock_key::int, slot)
 LIMIT 1
 
+-- name: drain_slots_held
+-- The drain slots taken now, with the session holding each (for `pgdrain top`): pg_locks
+-- names the backend, pg_stat_activity how long it has been connected and what it is doing
+-- (the state is hidden from roles that are not members of the holder's, and then NULL).
+SELECT l.objid::int AS slot, l.pid,
+       EXTRACT(EPOCH FROM now() - a.backend_start)::float8 AS connected_seconds,
+       a.state, a.application_name
+FROM pg_locks AS l
+LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory'
+  AND l.classid = :lock_key::int::oid
+  AND l.objsubid = 2
+  AND l.granted
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY l.objid
+
 -- name: drain_slots_taken
 -- How many drains hold a slot now, in this database (pg_locks is readable by every role).
 SELECT count(*)::int AS taken
@@ -206,6 +222,15 @@ WHERE j.id = c.id
   AND j.lease_token = c.lease_token
 RETURNING j.id
 
+-- name: job_count_purgeable
+-- How many :status jobs finished more than :older_than_seconds ago (what `pgdrain purge`
+-- would delete). A row finished by plain SQL may lack finished_at: its last update counts.
+SELECT count(*)::bigint AS jobs
+FROM jobs
+WHERE status = :status::text
+  AND coalesce(finished_at, updated_at)
+      < now() - make_interval(secs => :older_than_seconds::float8)
+
 -- name: job_enqueue_batch
 -- Insert jobs in input order. A live duplicate of a dedupe key (in the table or earlier in the
 -- same batch) is skipped and not returned; the caller looks its id up. `run_at` NULL means now()
@@ -274,6 +299,21 @@ SELECT dedupe_key, id
 FROM jobs
 WHERE dedupe_key = ANY(:dedupe_keys::text[]) AND status IN ('pending', 'running')
 
+-- name: job_list
+-- The newest jobs matching the filters (NULL matches all), for `pgdrain list`; :since_seconds
+-- keeps those changed in that many seconds. The last error is cut short: `pgdrain show` has it
+-- whole.
+SELECT id, job_type, queue, status, priority, attempts, max_attempts, run_at, created_at,
+       updated_at, finished_at, left(last_error, 500) AS last_error
+FROM jobs
+WHERE (:status::text IS NULL OR status = :status::text)
+  AND (:job_type::text IS NULL OR job_type = :job_type::text)
+  AND (:queue::text IS NULL OR queue = :queue::text)
+  AND (:since_seconds::float8 IS NULL
+       OR updated_at >= now() - make_interval(secs => :since_seconds::float8))
+ORDER BY id DESC
+LIMIT :limit::int
+
 -- name: job_oldest_due_age
 -- Seconds since the oldest due pending job became due (0 when none is due): the queue's lag.
 SELECT COALESCE(EXTRACT(EPOCH FROM now() - CASE
@@ -282,6 +322,60 @@ SELECT COALESCE(EXTRACT(EPOCH FROM now() - CASE
        count(*) AS due
 FROM jobs
 WHERE status = 'pending' AND run_at <= now()
+
+-- name: job_overview_by_queue_type
+-- What an operator asks first, per queue and job type: due, scheduled (pending, not yet due),
+-- running and failed jobs, how long the oldest due job has waited, and what finished in the
+-- last minute and hour. Each part reads one status through its partial index (done and failed
+-- by finished_at), never the whole history.
+WITH pending AS (
+    SELECT queue, job_type,
+           count(*) FILTER (WHERE run_at <= now()) AS due,
+           count(*) FILTER (WHERE run_at > now()) AS scheduled,
+           min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due_at
+    FROM jobs
+    WHERE status = 'pending'
+    GROUP BY queue, job_type
+), running AS (
+    SELECT queue, job_type, count(*) AS running
+    FROM jobs
+    WHERE status = 'running'
+    GROUP BY queue, job_type
+), failed AS (
+    SELECT queue, job_type, count(*) AS failed,
+           count(*) FILTER (WHERE finished_at > now() - interval '1 minute')
+               AS failed_last_minute,
+           count(*) FILTER (WHERE finished_at > now() - interval '1 hour') AS failed_last_hour
+    FROM jobs
+    WHERE status = 'failed'
+    GROUP BY queue, job_type
+), done AS (
+    SELECT queue, job_type,
+           count(*) FILTER (WHERE finished_at > now() - interval '1 minute')
+               AS done_last_minute,
+           count(*) AS done_last_hour
+    FROM jobs
+    WHERE status = 'done' AND finished_at > now() - interval '1 hour'
+    GROUP BY queue, job_type
+)
+SELECT queue, job_type,
+       coalesce(p.due, 0)::bigint AS due,
+       coalesce(p.scheduled, 0)::bigint AS scheduled,
+       coalesce(r.running, 0)::bigint AS running,
+       coalesce(f.failed, 0)::bigint AS failed,
+       -- A run_at of -infinity (plain SQL allows it) counts from year 1: the age stays a number.
+       coalesce(EXTRACT(EPOCH FROM now() - greatest(p.oldest_due_at,
+                                                    timestamptz '0001-01-01 00:00:00+00')),
+                0)::float8 AS oldest_due_seconds,
+       coalesce(d.done_last_minute, 0)::bigint AS done_last_minute,
+       coalesce(d.done_last_hour, 0)::bigint AS done_last_hour,
+       coalesce(f.failed_last_minute, 0)::bigint AS failed_last_minute,
+       coalesce(f.failed_last_hour, 0)::bigint AS failed_last_hour
+FROM pending AS p
+FULL JOIN running AS r USING (queue, job_type)
+FULL JOIN failed AS f USING (queue, job_type)
+FULL JOIN done AS d USING (queue, job_type)
+ORDER BY queue, job_type
 
 -- name: job_purge_done_batch
 -- Delete up to :limit done jobs that finished more than :retention_seconds ago and count them.
@@ -302,10 +396,31 @@ WITH purged AS (
 )
 SELECT count(*)::int AS purged FROM purged
 
+-- name: job_purge_finished_batch
+-- Delete up to :limit :status jobs (done or failed) finished more than :older_than_seconds
+-- ago, oldest first, and count them: `pgdrain purge` repeats it until none is left, so no
+-- transaction holds many rows.
+WITH purged AS (
+    DELETE FROM jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id
+        FROM jobs
+        WHERE status = :status::text
+          AND coalesce(finished_at, updated_at)
+              < now() - make_interval(secs => :older_than_seconds::float8)
+        ORDER BY coalesce(finished_at, updated_at)
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING 1
+)
+SELECT count(*)::int AS purged FROM purged
+
 -- name: job_requeue_failed
--- Give failed jobs a fresh set of attempts, due now. NULL filters match every failed job.
--- Two live jobs may not share a dedupe key: a failed job whose key a live job holds stays
--- failed, and of failed jobs sharing a free key only the newest is requeued.
+-- Give up to :limit failed jobs a fresh set of attempts, due now. NULL filters match every
+-- failed job; a caller with more repeats it (requeued jobs are no longer failed). Two live jobs
+-- may not share a dedupe key: a failed job whose key a live job holds stays failed, and of
+-- failed jobs sharing a free key only the newest is requeued.
 WITH chosen AS (
     SELECT DISTINCT ON (f.dedupe_key, CASE WHEN f.dedupe_key IS NULL THEN f.id END) f.id
     FROM jobs f
@@ -317,6 +432,7 @@ WITH chosen AS (
                       WHERE live.dedupe_key = f.dedupe_key
                         AND live.status IN ('pending', 'running'))
     ORDER BY f.dedupe_key, CASE WHEN f.dedupe_key IS NULL THEN f.id END, f.id DESC
+    LIMIT :limit::int
 )
 UPDATE jobs
 SET status      = 'pending',

@@ -1,0 +1,156 @@
+"""The pgdrain command: operate the queue from a shell.
+
+``migrate``, ``stats``, ``list``, ``show``, ``requeue``, ``purge``, ``janitor`` and ``top``;
+``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
+
+Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
+``DB_SECRET_ARN``, or RDS IAM auth), or else the embedded one ``make demo`` leaves. Bad
+arguments exit 2 with a message that says what is wrong; a failure exits 1 with one line that
+names it, never a password nor the server's whole error record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..errors import PgdrainError, QueryFailed
+from . import arguments
+
+STATUSES = ("pending", "running", "done", "failed")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pgdrain", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+        return sub
+
+    command("migrate", "create or upgrade the schema (idempotent)")
+    command("stats", "per queue and job type: due, scheduled, running, failed, the oldest due "
+                     "job's wait, done in the last minute and hour; drains running")
+    listing = command("list", "the newest jobs, filtered")
+    listing.add_argument("--status", choices=STATUSES)
+    _filters(listing)
+    listing.add_argument("--since", type=arguments.duration, metavar="AGE",
+                         help="only jobs changed in the last AGE (90s, 15m, 1h, 7d)")
+    listing.add_argument("--limit", type=arguments.positive_int, default=50,
+                         help="at most this many (default 50)")
+    show = command("show", "one job: every field and its last error")
+    show.add_argument("id", type=arguments.job_id, metavar="ID")
+    requeue = command("requeue", "give failed jobs a fresh set of attempts, due now (a redrive)")
+    requeue.add_argument("--id", type=arguments.job_id, action="append", dest="ids",
+                         metavar="ID", help="a job id (repeatable)")
+    _filters(requeue)
+    requeue.add_argument("--all", action="store_true", help="every failed job")
+    requeue.add_argument("--batch", type=arguments.positive_int, default=1000,
+                         help="jobs per statement (default 1000)")
+    purge = command("purge", "delete done or failed jobs older than an age: counts first, "
+                             "deletes with --yes")
+    purge.add_argument("--status", choices=("done", "failed"), required=True)
+    purge.add_argument("--older-than", type=arguments.duration, required=True, metavar="AGE",
+                       help="finished more than AGE ago (90s, 15m, 1h, 7d)")
+    purge.add_argument("--yes", action="store_true", help="delete them (default: only count)")
+    purge.add_argument("--batch", type=arguments.positive_int, default=1000,
+                       help="jobs per statement (default 1000)")
+    command("janitor", "reclaim expired leases and purge old done jobs now")
+    top = commands.add_parser("top", help="the queue live: depth, age, rates, drains (Ctrl-C "
+                                          "quits)")
+    top.add_argument("--interval", type=arguments.interval, default=1.0, metavar="SECONDS",
+                     help="refresh every SECONDS (default 1)")
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
+    _add_plugin_commands(commands)
+    return parser
+
+
+def _filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--type", "--job-type", dest="job_type", type=arguments.name,
+                        metavar="TYPE", help="only jobs of this type")
+    parser.add_argument("--queue", type=arguments.name, help="only jobs in this queue")
+
+
+# Commands other packages add (pgdrain-dev adds `invoke`): entry points of this group, each a
+# function given the subparsers that adds its parser and sets `handler` (args -> exit code).
+PLUGIN_GROUP = "pgdrain.commands"
+DEV_COMMANDS = {"invoke": "run a function of template.yaml locally, as `sam local invoke` does"}
+
+
+def _add_plugin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]
+                         ) -> None:
+    from importlib.metadata import entry_points
+
+    added = set()
+    for entry in entry_points(group=PLUGIN_GROUP):
+        entry.load()(commands)
+        added.add(entry.name)
+    for name, help_text in DEV_COMMANDS.items():
+        if name not in added:  # say where it comes from, rather than "invalid choice"
+            missing = commands.add_parser(name, help=f"{help_text} (needs pgdrain-dev)",
+                                          add_help=False)
+            missing.add_argument("rest", nargs=argparse.REMAINDER)
+            missing.set_defaults(handler=_needs_dev_tools)
+
+
+def _needs_dev_tools(args: argparse.Namespace) -> int:
+    print(f"pgdrain {args.command}: this command comes with pgdrain's development tools, which "
+          "are not installed here: `pip install -e dev/` in a clone of the repository (make "
+          "installs them)", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print(f"pgdrain {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except QueryFailed as exc:  # the server's message and SQLSTATE, not its whole record
+        print(f"pgdrain {args.command}: the database refused it: {exc}", file=sys.stderr)
+        return 1
+    except PgdrainError as exc:
+        print(f"pgdrain {args.command}: {exc}", file=sys.stderr)
+        return 2 if _is_usage(exc) else 1
+    except Exception as exc:  # a driver error: say which, without the connection string
+        print(f"pgdrain {args.command}: {_describe(exc)}", file=sys.stderr)
+        return 1
+
+
+def _is_usage(exc: PgdrainError) -> bool:
+    """Settings the operator gave are wrong (exit 2), not the database or the network (1)."""
+    from ..errors import ConfigError
+
+    return isinstance(exc, ConfigError)
+
+
+def _describe(exc: Exception) -> str:
+    """A driver error in one line: the server's message and SQLSTATE, not its whole record
+    (source file, line, routine)."""
+    fields = exc.args[0] if exc.args else None
+    if isinstance(fields, dict) and fields.get("M"):
+        return f"the database refused it: {fields['M']} (SQLSTATE {fields.get('C', '?')})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _run(args: argparse.Namespace) -> int:
+    handler = getattr(args, "handler", None)
+    if handler is not None:
+        return int(handler(args))
+    from .commands import COMMANDS
+    from .database import open_connection
+
+    conn = open_connection()
+    try:
+        if args.command == "top":
+            from ..settings import read
+            from .top import run
+
+            return run(conn, interval=args.interval, once=args.once, out=sys.stdout,
+                       max_drains=int(read("PGDRAIN_MAX_DRAINS")))
+        return COMMANDS[args.command](conn, args, sys.stdout)
+    finally:
+        conn.close()

@@ -1,0 +1,72 @@
+"""What the command line accepts, as pure parsers: each returns the value or raises
+``argparse.ArgumentTypeError`` with a message that says what is wrong (argparse prints it and
+exits with status 2)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+from ..errors import InvalidJobId
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_DURATION_SECONDS = 100 * 365 * 86400.0
+"""A hundred years: longer than any job's history, and still a finite interval."""
+
+
+def duration(raw: str) -> float:
+    """``90s``, ``15m``, ``1h``, ``7d``, ``2w`` or plain seconds, as seconds."""
+    match = _DURATION.fullmatch(raw.strip().lower())
+    seconds = None
+    if match and match.group(2) in _UNITS:
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds is None or not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"a duration is a number with a unit s, m, h, d or w (90s, 15m, 1h, 7d), "
+            f"at most 100 years, not {_shown(raw)}")
+    return seconds
+
+
+def positive_int(raw: str) -> int:
+    """A whole number from 1 to a million (a row count, a batch)."""
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 7 and 1 <= int(text) <= 10**6):
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to 1000000, not {_shown(raw)}")
+    return int(text)
+
+
+def interval(raw: str) -> float:
+    """A refresh interval in seconds, from 0.1 to an hour."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 0.1 <= seconds <= 3600:
+        raise argparse.ArgumentTypeError(
+            f"a refresh interval is a number of seconds from 0.1 to 3600, not {_shown(raw)}")
+    return seconds
+
+
+def job_id(raw: str) -> int:
+    from ..store import job_id as parse
+
+    try:
+        return parse(raw.strip())
+    except InvalidJobId as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def name(raw: str) -> str:
+    """A queue or job type name as given, refused when it holds control characters (they would
+    match nothing and could rewrite the operator's terminal when echoed)."""
+    if not raw or any(ord(c) < 32 or ord(c) == 127 for c in raw) or len(raw) > 200:
+        raise argparse.ArgumentTypeError(
+            f"a name of 1 to 200 characters without control characters, not {_shown(raw)}")
+    return raw
+
+
+def _shown(raw: str) -> str:
+    text = repr(raw)
+    return text if len(text) <= 40 else text[:39] + "…"

@@ -1,0 +1,143 @@
+"""The operator's commands: each reads its arguments, talks to the database through ``store``
+and prints a table (or JSON with ``--json``). Each returns the process's exit status."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from .. import store
+from . import output
+from .output import Column
+
+STATS_COLUMNS: Sequence[Column] = (
+    ("queue", "QUEUE"), ("job_type", "TYPE"), ("due", "DUE"), ("scheduled", "SCHEDULED"),
+    ("running", "RUNNING"), ("failed", "FAILED"), ("oldest_due", "OLDEST DUE"),
+    ("done_last_minute", "DONE 1M"), ("done_last_hour", "DONE 1H"),
+    ("failed_last_hour", "FAILED 1H"),
+)
+COUNTED = ("due", "scheduled", "running", "failed", "done_last_minute", "done_last_hour",
+           "failed_last_minute", "failed_last_hour")
+LIST_COLUMNS: Sequence[Column] = (
+    ("id", "ID"), ("job_type", "TYPE"), ("queue", "QUEUE"), ("status", "STATUS"),
+    ("tries", "ATTEMPTS"), ("run_at", "RUN AT (UTC)"), ("updated_at", "UPDATED (UTC)"),
+    ("last_error", "LAST ERROR"),
+)
+
+
+def migrate(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from ..migrate import migrate as apply
+
+    applied = apply(conn)
+    if args.json:
+        print(output.to_json({"applied": applied}), file=out)
+    else:
+        print("applied: " + ", ".join(applied) if applied else "schema is up to date", file=out)
+    return 0
+
+
+def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    rows = store.overview(conn)
+    totals: dict[str, float] = {key: sum(int(r[key]) for r in rows) for key in COUNTED}
+    totals["oldest_due_seconds"] = max((float(r["oldest_due_seconds"]) for r in rows),
+                                       default=0.0)
+    drains = store.drains_running(conn)
+    if args.json:
+        print(output.to_json({"queues": rows, "totals": totals, "drains_running": drains}),
+              file=out)
+        return 0
+    if not rows:
+        print("no jobs", file=out)
+    else:
+        shown = [{**r, "oldest_due": output.age(r["oldest_due_seconds"])} for r in rows]
+        if len(rows) > 1:
+            shown.append({"queue": "(all)", "job_type": "",
+                          **totals, "oldest_due": output.age(totals["oldest_due_seconds"])})
+        print(output.table(shown, STATS_COLUMNS), file=out)
+    print(f"\ndrains running: {drains}", file=out)
+    return 0
+
+
+def list_jobs(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    rows = store.list_jobs(conn, status=args.status, job_type=args.job_type, queue=args.queue,
+                           since_seconds=args.since, limit=args.limit)
+    if args.json:
+        print(output.to_json(rows), file=out)
+        return 0
+    if not rows:
+        print("no jobs match", file=out)
+        return 0
+    shown = [{**r, "tries": f"{r['attempts']}/{r['max_attempts']}"} for r in rows]
+    print(output.table(shown, LIST_COLUMNS), file=out)
+    if len(rows) == args.limit:
+        print(f"\n(the newest {args.limit}; --limit shows more)", file=out)
+    return 0
+
+
+def show(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    job = store.get_job(conn, args.id)
+    if job is None:
+        print(f"pgdrain show: there is no job {args.id}", file=output_errors(out))
+        return 1
+    print(output.to_json(job) if args.json else output.record(job), file=out)
+    return 0
+
+
+def requeue(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    if not (args.ids or args.job_type or args.queue or args.all):
+        print("pgdrain requeue: say which failed jobs: --id, --type, --queue, or --all",
+              file=output_errors(out))
+        return 2
+    ids = store.requeue_failed(conn, ids=args.ids, job_type=args.job_type, queue=args.queue,
+                               batch_size=args.batch)
+    if args.json:
+        print(output.to_json({"requeued": ids}), file=out)
+    else:
+        shown = "" if not ids else ": " + ", ".join(map(str, ids[:50])) + (
+            f" and {len(ids) - 50} more" if len(ids) > 50 else "")
+        print(f"requeued {len(ids)} job(s){shown}", file=out)
+    return 0
+
+
+def purge(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    older = output.age(args.older_than) if args.older_than else "0s"
+    if not args.yes:
+        count = store.count_purgeable(conn, status=args.status,
+                                      older_than_seconds=args.older_than)
+        if args.json:
+            print(output.to_json({"would_purge": count, "purged": 0}), file=out)
+        else:
+            print(f"{count} {args.status} job(s) finished more than {older} ago; run again "
+                  "with --yes to delete them", file=out)
+        return 0
+    purged = store.purge_finished(conn, status=args.status, older_than_seconds=args.older_than,
+                                  batch_size=args.batch)
+    if args.json:
+        print(output.to_json({"purged": purged}), file=out)
+    else:
+        print(f"purged {purged} {args.status} job(s) finished more than {older} ago", file=out)
+    return 0
+
+
+def janitor(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from ..janitor import run_janitor
+    from ..settings import Settings
+
+    result = run_janitor(conn, Settings.from_env())
+    print(output.to_json({"ran": result.ran, "reclaimed": result.reclaimed,
+                          "refunded": result.refunded, "failed": result.failed,
+                          "purged": result.purged}), file=out)
+    return 0
+
+
+def output_errors(out: TextIO) -> TextIO:
+    import sys
+
+    return sys.stderr if out is sys.stdout else out
+
+
+COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], int]] = {
+    "migrate": migrate, "stats": stats, "list": list_jobs, "show": show, "requeue": requeue,
+    "purge": purge, "janitor": janitor,
+}

@@ -1,0 +1,87 @@
+"""How the command prints: readable tables for people, JSON for scripts. Pure functions."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
+from typing import Any
+
+Column = tuple[str, str]
+"""(the row's key, the header)."""
+
+# Control characters (a newline, an escape sequence) in a job's text would break the table or
+# rewrite the operator's terminal: they are shown escaped.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, default=_json_value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
+def cell(value: Any) -> str:
+    """One value as table text: times to the second in UTC, floats short, control
+    characters escaped."""
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value))
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
+          max_width: int = 60) -> str:
+    """Rows as an aligned plain-text table; a cell wider than ``max_width`` is cut short."""
+    texts = [[_fit(cell(row.get(key)), max_width) for key, _ in columns] for row in rows]
+    headers = [header for _, header in columns]
+    widths = [max([len(h), *(len(r[i]) for r in texts)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row_texts in texts:
+        lines.append("  ".join(_align(t, w) for t, w in zip(row_texts, widths, strict=True))
+                     .rstrip())
+    return "\n".join(lines)
+
+
+def _align(text: str, width: int) -> str:
+    number = text.replace(",", "").replace(".", "", 1).isdigit()
+    return text.rjust(width) if number else text.ljust(width)
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def age(seconds: float | None) -> str:
+    """A wait in the largest two units that say it: ``45s``, ``3m 20s``, ``2h 5m``, ``3d 4h``."""
+    if seconds is None or seconds <= 0:
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds:.1f}s"
+    for size, unit, small_size, small in ((86400, "d", 3600, "h"), (3600, "h", 60, "m"),
+                                          (60, "m", 1, "s")):
+        if whole >= size:
+            return f"{whole // size}{unit} {whole % size // small_size}{small}"
+    raise AssertionError("unreachable")
+
+
+def record(fields: Mapping[str, Any]) -> str:
+    """One job's fields, one per line (``pgdrain show``); JSON values pretty-printed."""
+    width = max(len(k) for k in fields)
+    lines = []
+    for key, value in fields.items():
+        if isinstance(value, dict | list):
+            text = to_json(value).replace("\n", "\n" + " " * (width + 2))
+        else:
+            text = cell(value)
+        lines.append(f"{key.ljust(width)}  {text}")
+    return "\n".join(lines)

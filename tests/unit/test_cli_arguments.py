@@ -1,0 +1,79 @@
+"""The command line's parsers and printers: pure functions, no database."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+import pytest
+
+from pgdrain.cli import arguments, output, top
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [
+    ("90s", 90), ("15m", 900), ("1h", 3600), ("7d", 604800), ("2w", 1209600), ("30", 30),
+    (" 1.5h ", 5400), ("10min", 600), ("0s", 0),
+])
+def test_durations(raw, seconds):
+    assert arguments.duration(raw) == seconds
+
+
+@pytest.mark.parametrize("raw", ["", "7 days", "-1d", "1y", "h", "1e400s", "nan",
+                                 "99999999999d"])
+def test_bad_durations_say_what_a_duration_is(raw):
+    with pytest.raises(argparse.ArgumentTypeError, match="a duration is a number with a unit"):
+        arguments.duration(raw)
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "1.5", "x", "10000001", "٣"])
+def test_counts_are_whole_positive_numbers(raw):
+    with pytest.raises(argparse.ArgumentTypeError, match="a whole number from 1 to 1000000"):
+        arguments.positive_int(raw)
+
+
+def test_names_refuse_control_characters():
+    assert arguments.name("crm-sync") == "crm-sync"
+    for raw in ("", "a\nb", "\x1b[2J", "x" * 201):
+        with pytest.raises(argparse.ArgumentTypeError, match="without control characters"):
+            arguments.name(raw)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (None, "-"), (0, "-"), (0.25, "0.2s"), (45, "45s"), (200, "3m 20s"), (7500, "2h 5m"),
+    (3 * 86400 + 4 * 3600 + 59, "3d 4h"),
+])
+def test_ages_in_two_units(seconds, text):
+    assert output.age(seconds) == text
+
+
+def test_tables_align_numbers_right_and_escape_control_characters():
+    text = output.table([{"id": 7, "name": "a\x1b[31mred"}, {"id": 1234, "name": "b"}],
+                        [("id", "ID"), ("name", "NAME")])
+    assert text.splitlines() == ["ID    NAME", "   7  a\\x1b[31mred", "1234  b"]
+
+
+def test_a_long_cell_is_cut_short():
+    text = output.table([{"e": "x" * 100}], [("e", "E")], max_width=10)
+    assert text.splitlines()[1] == "x" * 9 + "…"
+
+
+def test_json_carries_times_as_iso_8601():
+    moment = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
+    assert output.to_json({"at": moment}) == '{\n  "at": "2026-12-01T05:00:00+00:00"\n}'
+
+
+def test_top_sums_types_per_queue_with_rates_over_the_minute():
+    rows = [
+        {"queue": "crm", "job_type": "a", "due": 3, "scheduled": 1, "running": 2, "failed": 0,
+         "oldest_due_seconds": 12.0, "done_last_minute": 120, "failed_last_minute": 6},
+        {"queue": "crm", "job_type": "b", "due": 1, "scheduled": 0, "running": 0, "failed": 4,
+         "oldest_due_seconds": 70.0, "done_last_minute": 0, "failed_last_minute": 0},
+    ]
+    [crm] = top.by_queue(rows)
+    assert (crm["due"], crm["running"], crm["failed"], crm["done_rate"], crm["failed_rate"],
+            crm["oldest_due"]) == (4, 2, 4, 2.0, 0.1, "1m 10s")
+    screen = top.frame(rows, [{"slot": 0, "pid": 42, "connected_seconds": 5.0,
+                               "state": "active", "application_name": ""}],
+                       max_drains=4, now=datetime(2026, 12, 1, tzinfo=UTC))
+    assert "drains running: 1 of 4 slots" in screen
+    assert screen.splitlines()[-1].split() == ["0", "42", "5s", "active"]

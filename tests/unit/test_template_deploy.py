@@ -1,0 +1,216 @@
+"""template.yaml as a deploy meets it: asynchronous invokes neither retried nor kept, a
+migration that answers CloudFormation in bounded time, no reserved concurrency by default,
+least privilege with managed policies only when used, parameters checked by rules, logs kept
+for a set time, a regional API with access logs and a 5XX alarm."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from test_template import ROOT, TEMPLATE, translated
+
+RESOURCES = TEMPLATE["Resources"]
+PARAMETERS = TEMPLATE["Parameters"]
+
+
+def test_asynchronous_invokes_are_never_retried_nor_kept_waiting():
+    # The drain (schedule, doorbell, continuation, fan-out, POST /drain) and the migration
+    # (CloudFormation invokes custom resources asynchronously).
+    for name in ("DrainFunction", "MigrateFunction"):
+        config = RESOURCES[name]["Properties"]["EventInvokeConfig"]
+        assert config["MaximumRetryAttempts"] == 0, name
+        assert config["MaximumEventAgeInSeconds"] <= 300, name
+    output = translated()
+    configs = [r for r in output["Resources"].values()
+               if r["Type"] == "AWS::Lambda::EventInvokeConfig"]
+    assert len(configs) == 2
+    assert all(c["Properties"]["MaximumRetryAttempts"] == 0 for c in configs)
+
+
+def test_the_migration_answers_before_cloudformation_gives_up():
+    timeout = RESOURCES["MigrateFunction"]["Properties"]["Timeout"]
+    service_timeout = RESOURCES["SchemaMigration"]["Properties"]["ServiceTimeout"]
+    assert timeout < service_timeout <= timeout + 120  # minutes, not CloudFormation's hour
+
+
+def test_no_concurrency_is_reserved_by_default():
+    # Small accounts cannot reserve any (AWS keeps 100 unreserved); MaxDrains caps drains.
+    assert PARAMETERS["DrainReservedConcurrency"]["Default"] == 0
+    assert PARAMETERS["EnqueueReservedConcurrency"]["Default"] == 0
+    functions = translated()["Resources"]
+    for name, parameter in (("DrainFunction", "DrainReservedConcurrency"),
+                            ("EnqueueFunction", "EnqueueReservedConcurrency")):
+        reserved = functions[name]["Properties"]["ReservedConcurrentExecutions"]
+        assert reserved["Fn::If"][1] == {"Ref": parameter}
+        assert reserved["Fn::If"][2] == {"Ref": "AWS::NoValue"}
+
+
+@pytest.mark.parametrize("function", ["DrainFunction", "EnqueueFunction", "MigrateFunction"])
+def test_managed_policies_are_attached_only_when_used(function):
+    role = translated()["Resources"][f"{function}Role"]["Properties"]
+    conditions = {}
+    for arn in role["ManagedPolicyArns"]:
+        condition, policy, otherwise = arn["Fn::If"]
+        assert otherwise == {"Ref": "AWS::NoValue"}
+        conditions[policy["Fn::Sub"].rsplit("/", 1)[1]] = condition
+    assert conditions == {"AWSXrayWriteOnlyAccess": "HasTracing",
+                          "AWSLambdaVPCAccessExecutionRole": "HasVpc"}
+    assert PARAMETERS["Tracing"]["Default"] == "false"
+
+
+def test_the_drain_invokes_only_itself():
+    policy = RESOURCES["DrainInvokesItself"]["Properties"]
+    [statement] = policy["PolicyDocument"]["Statement"]
+    assert (statement["Action"], statement["Resource"]) == (
+        "lambda:InvokeFunction", {"Fn::GetAtt": ["DrainFunction", "Arn"]})
+    assert policy["Roles"] == [{"Ref": "DrainFunctionRole"}]
+
+
+# --- the rules, evaluated as CloudFormation evaluates them --------------------------------------
+
+def evaluate(expression: Any, values: dict[str, Any]) -> Any:
+    """The rule functions template.yaml uses, over parameter values (lists for
+    CommaDelimitedList)."""
+    if not isinstance(expression, dict):
+        return expression
+    [(function, arguments)] = expression.items()
+    if function == "Ref":
+        return values[arguments]
+    args = [evaluate(a, values) for a in arguments] if isinstance(arguments, list) \
+        else evaluate(arguments, values)
+    if function == "Fn::Equals":
+        return str(args[0]) == str(args[1])
+    if function == "Fn::Not":
+        return not args[0]
+    if function == "Fn::Or":
+        return any(args)
+    if function == "Fn::And":
+        return all(args)
+    if function == "Fn::Contains":
+        return args[1] in args[0]
+    if function == "Fn::EachMemberEquals":
+        return all(member == args[1] for member in args[0])
+    raise AssertionError(f"a rule uses {function}, which this test does not know")
+
+
+def refusals(**given: Any) -> list[str]:
+    values = {name: p.get("Default", "") for name, p in PARAMETERS.items()}
+    for name, p in PARAMETERS.items():
+        if p["Type"] == "CommaDelimitedList":
+            values[name] = values[name].split(",")
+    values.update(given)
+    failed = []
+    for rule in TEMPLATE["Rules"].values():
+        if "RuleCondition" in rule and not evaluate(rule["RuleCondition"], values):
+            continue
+        failed += [a["AssertDescription"] for a in rule["Assertions"]
+                   if not evaluate(a["Assert"], values)]
+    return failed
+
+
+SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:db-AbCdEf"
+
+
+@pytest.mark.parametrize("given", [
+    {"DatabaseSecretArn": SECRET},
+    {"DatabaseUrl": "postgresql://u:p@db.example.com/app"},
+    {"DatabaseIamAuth": "true", "DatabaseHost": "db.x.eu-west-1.rds.amazonaws.com",
+     "DatabaseUser": "app", "DatabaseName": "app", "DatabaseResourceId": "db-ABC"},
+    {"DatabaseSecretArn": SECRET, "SubnetIds": ["subnet-1", "subnet-2"],
+     "SecurityGroupIds": ["sg-1"]},
+    {"DatabaseSecretArn": SECRET, "DatabaseSslMode": "require", "AllowUnverifiedTls": "true"},
+], ids=["secret", "url", "iam", "vpc", "unverified-on-purpose"])
+def test_a_complete_stack_passes_every_rule(given):
+    assert refusals(**given) == []
+
+
+@pytest.mark.parametrize(("given", "words"), [
+    ({}, "Say how to reach the database"),
+    ({"DatabaseIamAuth": "true", "DatabaseUser": "app"}, "DatabaseIamAuth=true needs"),
+    ({"DatabaseSecretArn": SECRET, "SubnetIds": ["subnet-1"]}, "SubnetIds need SecurityGroupIds"),
+    ({"DatabaseSecretArn": SECRET, "SecurityGroupIds": ["sg-1"]},
+     "SecurityGroupIds need SubnetIds"),
+    ({"DatabaseSecretArn": SECRET, "DatabaseSslMode": "require"}, "must verify the server"),
+    ({"DatabaseSecretArn": SECRET, "DatabaseSslMode": "disable"}, "must verify the server"),
+    ({"DatabaseSecretArn": SECRET, "ApiAuthorizer": "NONE"}, "an API without auth is refused"),
+], ids=["no-database", "half-iam", "subnets-only", "groups-only", "require", "disable",
+        "no-auth"])
+def test_a_broken_stack_is_refused_at_deploy(given, words):
+    [refusal] = refusals(**given)
+    assert words in refusal
+
+
+# --- logs, the API, alarms ------------------------------------------------------------------
+
+def test_every_function_logs_to_a_group_with_a_retention():
+    functions = {n for n, r in RESOURCES.items() if r["Type"] == "AWS::Serverless::Function"}
+    groups = {n: r for n, r in RESOURCES.items() if r["Type"] == "AWS::Logs::LogGroup"}
+    for name in functions:
+        group = RESOURCES[name]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        assert groups[group]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    assert groups["ApiAccessLogs"]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    assert PARAMETERS["LogRetentionDays"]["Default"] == 30
+
+
+def test_the_api_is_regional_with_access_logs_people_can_query():
+    output = translated()
+    [api] = [r for r in output["Resources"].values() if r["Type"] == "AWS::ApiGateway::RestApi"]
+    assert api["Properties"]["EndpointConfiguration"] == {"Types": ["REGIONAL"]}
+    [stage] = [r for r in output["Resources"].values() if r["Type"] == "AWS::ApiGateway::Stage"]
+    fields = json.loads(stage["Properties"]["AccessLogSetting"]["Format"])
+    assert {"requestId", "httpMethod", "resourcePath", "status", "responseLatency",
+            "caller", "ip"} <= set(fields)
+    assert fields["responseLatency"] == "$context.responseLatency"
+
+
+def test_enqueue_5xx_raises_an_alarm_beside_the_dead_letter_one():
+    alarm = RESOURCES["Enqueue5xxAlarm"]["Properties"]
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/ApiGateway", "5XXError")
+    dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+    assert (dimensions["Resource"], dimensions["Method"], dimensions["Stage"]) == (
+        "/jobs", "POST", "v1")
+    api_name = RESOURCES["PgdrainApi"]["Properties"]["Name"]
+    assert dimensions["ApiName"] == api_name
+    assert RESOURCES["DeadLetteredJobsAlarm"]["Condition"] == RESOURCES["Enqueue5xxAlarm"][
+        "Condition"]
+
+
+def test_the_schedule_event_file_names_the_rule_the_template_creates():
+    schedule = RESOURCES["DrainFunction"]["Properties"]["Events"]["Schedule"]["Properties"]
+    rule_name = schedule["Name"]["Fn::Sub"].replace("${AWS::StackName}", "pgdrain")
+    event = json.loads((ROOT / "events" / "drain_schedule.json").read_text())
+    assert event["resources"] == [
+        f"arn:aws:events:{event['region']}:{event['account']}:rule/{rule_name}"]
+
+
+def test_the_local_env_file_sets_only_variables_the_template_declares():
+    # sam local invoke --env-vars ignores a variable the template does not declare.
+    env = json.loads((ROOT / "events" / "env.json.example").read_text())
+    declared = set(TEMPLATE["Globals"]["Function"]["Environment"]["Variables"])
+    for name, variables in env.items():
+        function = {} if name == "Parameters" else RESOURCES[name]["Properties"]
+        own = set(function.get("Environment", {}).get("Variables", {}))
+        assert set(variables) <= declared | own, name
+    assert "host.docker.internal" in env["Parameters"]["DATABASE_URL"]
+    assert "sslmode=disable" in env["Parameters"]["DATABASE_URL"]
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("drain_schedule.json", "schedule"), ("drain_api.json", "api"), ("drain_direct.json", "direct"),
+])
+def test_the_drain_events_parse_as_the_triggers_they_stand_for(name, kind):
+    from pgdrain.aws.drain_function import event_kind
+
+    event = json.loads((ROOT / "events" / name).read_text())
+    assert event_kind(event) == kind
+    if kind == "api":
+        api = RESOURCES["DrainFunction"]["Properties"]["Events"]["DrainNow"]["Properties"]
+        assert (event["httpMethod"], event["resource"]) == (api["Method"].upper(), api["Path"])
+
+
+def test_the_architecture_is_one_parameter():
+    output = translated(Architecture="x86_64")
+    functions = [r for r in output["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    assert all(f["Properties"]["Architectures"] == [{"Ref": "Architecture"}] for f in functions)
