@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt layers/pgdrain/requirements.txt layers/pgdrain/requirements-tracing.txt pyproject.toml dev/pyproject.toml | cksum | cut -d' ' -f1)
+REQUIREMENTS := requirements-dev.txt $(wildcard layers/pgdrain/requirements*.txt) pyproject.toml dev/pyproject.toml
+STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | cksum | cut -d' ' -f1)
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
 .PHONY: help demo test test-unit lint migrate clean sam-check soak
@@ -12,7 +13,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 help: ## list the targets
 	@grep -E '^[a-z/-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): requirements-dev.txt layers/pgdrain/requirements.txt layers/pgdrain/requirements-tracing.txt pyproject.toml dev/pyproject.toml
+$(STAMP): $(REQUIREMENTS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "pgdrain needs Python 3.11 or newer; set PYTHON=python3.x"; exit 1; }
 	rm -rf $(VENV)
@@ -26,9 +27,10 @@ venv: $(STAMP)
 
 # The demo installs only what it runs (about 15 packages, not the test tools' hundred); a
 # venv that `make test` built has it all already.
-DEMO_STAMP := $(VENV)/.demo-$(shell cat requirements-demo.txt layers/pgdrain/requirements.txt pyproject.toml dev/pyproject.toml | cksum | cut -d' ' -f1)
+DEMO_REQUIREMENTS := requirements-demo.txt layers/pgdrain/requirements.txt layers/pgdrain/requirements-powertools.txt pyproject.toml dev/pyproject.toml
+DEMO_STAMP := $(VENV)/.demo-$(shell cat $(DEMO_REQUIREMENTS) | cksum | cut -d' ' -f1)
 
-$(DEMO_STAMP): requirements-demo.txt layers/pgdrain/requirements.txt pyproject.toml dev/pyproject.toml
+$(DEMO_STAMP): $(DEMO_REQUIREMENTS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "pgdrain needs Python 3.11 or newer; set PYTHON=python3.x"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,6 +78,11 @@ sam-check: $(SAM_STAMP) ## sam validate, sam validate --lint and sam build (no D
 	$(SAM) validate
 	$(SAM) validate --lint
 	$(SAM) build
+	@# The layer ships what a function runs: the RDS CA bundle, not the shell's tools.
+	test -s .aws-sam/build/PgdrainLayer/python/pgdrain/certs/rds-ca-bundle.pem
+	test ! -e .aws-sam/build/PgdrainLayer/python/pgdrain/cli
+	test ! -e .aws-sam/build/PgdrainLayer/python/aws_lambda_powertools
+	test -d .aws-sam/build/PowertoolsLayer/python/aws_lambda_powertools
 
 # The region is the deployer's choice, never a default: REGION=..., or AWS_REGION /
 # AWS_DEFAULT_REGION from the shell. The first deploy asks for the parameters (sam deploy

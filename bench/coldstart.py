@@ -28,10 +28,15 @@ LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)")
 
 
 def build_layer(python: str, target: Path, compiled: bool) -> None:
+    # pgdrain's layer and the Powertools layer (or AWS's managed one: the same package) both
+    # land in /opt/python: one folder here.
+    layer = ROOT / "layers" / "pgdrain"
+    requirements = [layer / "requirements.txt"]
+    if (layer / "requirements-powertools.txt").exists():
+        requirements.append(layer / "requirements-powertools.txt")
     subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    "--root-user-action=ignore",
-                    "--no-compile", "--target", str(target), "-r",
-                    str(ROOT / "layers" / "pgdrain" / "requirements.txt")], check=True,
+                    "--root-user-action=ignore", "--no-compile", "--target", str(target),
+                    *(arg for r in requirements for arg in ("-r", str(r)))], check=True,
                    stderr=subprocess.DEVNULL)
     for package in ("pgdrain", "pgdrain_jobs"):
         shutil.copytree(ROOT / "layers" / "pgdrain" / package, target / package,

@@ -148,12 +148,18 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture
 def aws(monkeypatch):
-    """Fake AWS credentials, a moto account, and no cached secret or client before or after."""
+    """Fake AWS credentials, a moto account, and no cached secret or client before or after.
+
+    Secrets Manager answers twice over: in-process for boto3 (moto's mock), and on a loopback
+    port for pgdrain's own signed requests (AWS_ENDPOINT_URL_SECRETS_MANAGER), from the same
+    mocked account."""
     from moto import mock_aws
 
     from pgdrain.aws import credentials
+    from tests.support.secrets_standin import secrets_standin
 
-    for name in ("AWS_PROFILE", "AWS_REGION", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+    for name in ("AWS_PROFILE", "AWS_REGION", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                 "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SECRETS_MANAGER"):
         monkeypatch.delenv(name, raising=False)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN",
                  "AWS_SESSION_TOKEN"):
@@ -165,5 +171,9 @@ def aws(monkeypatch):
     with mock_aws():
         import boto3
 
-        yield boto3.client("secretsmanager")
+        # Made before the endpoint is set: this client stays in moto's in-process mock.
+        client = boto3.session.Session().client("secretsmanager")
+        with secrets_standin(client) as endpoint:
+            monkeypatch.setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", endpoint)
+            yield client
     credentials.clear_cache()

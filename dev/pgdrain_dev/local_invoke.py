@@ -428,7 +428,9 @@ def _layer_dirs(template: Mapping[str, Any], template_dir: Path, layers: Any,
             raise ConfigError(f"{name}: ContentUri must be a local folder")
         folder = (template_dir / content).resolve()
         # A built layer holds python/ (Lambda's /opt/python); a source folder is that itself.
-        dirs.append(folder / "python" if (folder / "python").is_dir() else folder)
+        path = folder / "python" if (folder / "python").is_dir() else folder
+        if path not in dirs:  # two layers built from one folder (pgdrain's and Powertools')
+            dirs.append(path)
     return dirs
 
 

@@ -432,3 +432,22 @@ def test_without_settings_it_reaches_the_demo_database(tmp_path, monkeypatch):
     result = pgdrain_cli(None, "list", "--json", tmpdir=str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert [r["job_type"] for r in json.loads(result.stdout)] == ["from-the-demo"]
+
+
+def test_it_reaches_the_database_through_a_secret_as_the_functions_do(aws, database_url, conn):
+    # DB_SECRET_ARN, fetched from (a stand-in for) Secrets Manager, signed by pgdrain itself.
+    from pgdrain.db import parse_database_url
+
+    pgdrain.enqueue(conn, "through-the-secret")
+    params = parse_database_url(database_url)
+    host = params.unix_sock.rsplit("/", 1)[0] if params.unix_sock else params.host
+    arn = aws.create_secret(Name="pgdrain/cli", SecretString=json.dumps({
+        "engine": "postgres", "host": host, "port": str(params.port), "username": params.user,
+        "password": params.password or PASSWORD, "dbname": params.database}))["ARN"]
+    env = {**_env(None), "DB_SECRET_ARN": arn,
+           "DB_SSLMODE": "disable" if params.unix_sock else "prefer"}
+    result = subprocess.run([sys.executable, "-m", "pgdrain", "list", "--json"], env=env,
+                            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert [r["job_type"] for r in json.loads(result.stdout)] == ["through-the-secret"]
+    assert PASSWORD not in result.stdout + result.stderr

@@ -275,8 +275,11 @@ def test_iam_token_matches_boto3(aws, monkeypatch):
     import boto3
     import botocore.auth
 
+    from pgdrain.aws import sigv4
+
     frozen = datetime.datetime(2026, 1, 2, 3, 4, 5)  # the signing time, so both tokens agree
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *a, **k: frozen)
+    monkeypatch.setattr(sigv4, "utc_now", lambda: frozen.replace(tzinfo=datetime.UTC))
     env = IAM_ENV | {"DB_HOST": "db.internal", "DB_PORT": "6543"}
     expected = boto3.client("rds").generate_db_auth_token(
         DBHostname="db.internal", Port=6543, DBUsername="app")

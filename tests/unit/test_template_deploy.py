@@ -214,3 +214,18 @@ def test_the_architecture_is_one_parameter():
     output = translated(Architecture="x86_64")
     functions = [r for r in output["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
     assert all(f["Properties"]["Architectures"] == [{"Ref": "Architecture"}] for f in functions)
+
+
+def test_powertools_comes_from_the_stacks_layer_or_from_awss_managed_one():
+    layers = TEMPLATE["Globals"]["Function"]["Layers"]
+    assert layers[0] == {"Ref": "PgdrainLayer"}
+    condition, managed, bundled = layers[1]["Fn::If"]
+    assert condition == "UsesManagedPowertools" and bundled == {"Ref": "PowertoolsLayer"}
+    assert managed["Fn::Sub"].endswith(
+        ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-${Architecture}"
+        ":${PowertoolsLayerVersion}")
+    assert RESOURCES["PowertoolsLayer"]["Condition"] == "BundlesPowertools"
+    assert PARAMETERS["PowertoolsLayerVersion"]["Default"] == 0
+    # The library's own layer holds no Powertools: its requirements do not name it.
+    own = (ROOT / "layers" / "pgdrain" / "requirements.txt").read_text().splitlines()
+    assert not [line for line in own if "powertools" in line.lower() and "==" in line]

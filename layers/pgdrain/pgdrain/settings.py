@@ -242,6 +242,25 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AWS_ENDPOINT_URL_LAMBDA", text, None,
        "boto3's Lambda endpoint; point it at `python -m pgdrain_dev.lambda_standin` to run "
        "continuation and fan-out without AWS", "aws", "(AWS's)"),
+    _s("AWS_REGION", text, None,
+       "Set by Lambda (else AWS_DEFAULT_REGION). The region of a secret named without an ARN, "
+       "or of an IAM auth token for a host that is not an RDS endpoint", "aws",
+       "(set by Lambda)"),
+    _s("AWS_DEFAULT_REGION", text, None, "Read where AWS_REGION is not set", "aws", "(none)"),
+    _s("AWS_ACCESS_KEY_ID", text, None,
+       "Set by Lambda, with AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN: the function's "
+       "credentials. Where they are set, pgdrain signs the secret's fetch and IAM tokens "
+       "itself (no boto3 at a cold start); elsewhere boto3 finds credentials its own way",
+       "aws", "(set by Lambda)"),
+    _s("AWS_SECRET_ACCESS_KEY", text, None, "See AWS_ACCESS_KEY_ID (never logged)", "aws",
+       "(set by Lambda)"),
+    _s("AWS_SESSION_TOKEN", text, None, "See AWS_ACCESS_KEY_ID (never logged)", "aws",
+       "(set by Lambda)"),
+    _s("AWS_ENDPOINT_URL_SECRETS_MANAGER", text, None,
+       "Secrets Manager's endpoint, as boto3 reads it (else AWS_ENDPOINT_URL, else the "
+       "region's): a VPC endpoint's URL, or a stand-in in tests", "aws", "(AWS's)"),
+    _s("AWS_ENDPOINT_URL", text, None, "Every AWS endpoint, as boto3 reads it", "aws",
+       "(AWS's)"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 CREDENTIAL_SETTINGS: tuple[str, ...] = tuple(

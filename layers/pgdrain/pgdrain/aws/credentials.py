@@ -41,6 +41,7 @@ import pg8000.native
 from ..db import _SSLMODES, ConnectParams, connect, parse_database_url, rds_region, sqlstate
 from ..errors import ConfigError, DatabaseConnectError
 from ..settings import read, setting
+from . import sigv4
 
 log = logging.getLogger(__name__)
 
@@ -202,10 +203,9 @@ def _fetch_secret(env: Mapping[str, str], *, refresh: bool, timeout: float | Non
     # its loggers above DEBUG even when the function's log level (or the root's) is DEBUG.
     logging.getLogger("botocore").setLevel(max(logging.getLogger("botocore").level,
                                                logging.INFO))
-    client = _secrets_client(timeout)
     try:
-        text = client.get_secret_value(SecretId=arn).get("SecretString")
-    except Exception as exc:  # botocore's ClientError (its code and AWS's message), a timeout
+        text = _get_secret_string(arn, env, timeout)
+    except Exception as exc:  # AWS's error code and message, a timeout
         raise DatabaseConnectError(f"could not read the secret {arn}: "
                                    f"{type(exc).__name__}: {exc}") from None
     try:
@@ -215,6 +215,34 @@ def _fetch_secret(env: Mapping[str, str], *, refresh: bool, timeout: float | Non
                           '{"username", "password", "host", "port", "dbname"}') from None
     _secrets[arn] = (time.monotonic(), value)
     return value
+
+
+def _get_secret_string(arn: str, env: Mapping[str, str], timeout: float | None) -> Any:
+    """The secret's SecretString: signed by pgdrain itself with the function's credentials
+    from the environment (no boto3 at a cold start), else through boto3 (profiles, SSO,
+    instance roles: a shell, not a function)."""
+    keys = sigv4.Credentials.from_env(env)
+    region = _secret_region(arn, env)
+    if keys is None or region is None:
+        return _secrets_client(timeout).get_secret_value(SecretId=arn).get("SecretString")
+    connect, read = SECRETS_CONNECT_TIMEOUT_SECONDS, SECRETS_READ_TIMEOUT_SECONDS
+    attempts, each = SECRETS_ATTEMPTS, connect + read
+    if timeout is not None and timeout < attempts * each:
+        attempts, each = 1, max(timeout, 0.1)
+    answer = sigv4.call_json_api(service="secretsmanager",
+                                 target="secretsmanager.GetSecretValue",
+                                 payload={"SecretId": arn}, region=region, credentials=keys,
+                                 timeout=each, attempts=attempts, env=env)
+    return answer.get("SecretString")
+
+
+def _secret_region(arn: str, env: Mapping[str, str]) -> str | None:
+    """The region of a secret's ARN (arn:PARTITION:secretsmanager:REGION:...), or the
+    function's for a secret named without one."""
+    parts = arn.split(":")
+    if len(parts) > 4 and parts[0] == "arn" and parts[3]:
+        return parts[3]
+    return _get(env, "AWS_REGION") or _get(env, "AWS_DEFAULT_REGION") or None
 
 
 def _secrets_client(timeout: float | None) -> Any:
@@ -264,8 +292,16 @@ def _iam_params(env: Mapping[str, str]) -> ConnectParams:
                    database=_get(env, "DB_NAME"), iam=True)
 
 
-def _iam_token(host: str, port: int, user: str) -> str:
-    """A fresh RDS IAM auth token (a presigned URL; local signing, no network call)."""
+def _iam_token(host: str, port: int, user: str, env: Mapping[str, str] | None = None) -> str:
+    """A fresh RDS IAM auth token (a presigned URL; local signing, no network call): signed
+    by pgdrain itself with credentials from the environment, else by boto3."""
+    env = os.environ if env is None else env
+    keys = sigv4.Credentials.from_env(env)
+    signing_region = (rds_region(host) or _get(env, "AWS_REGION")
+                      or _get(env, "AWS_DEFAULT_REGION"))
+    if keys is not None and signing_region:
+        return sigv4.rds_iam_token(host=host, port=port, user=user, region=signing_region,
+                                   credentials=keys)
     try:
         import boto3
         from botocore.exceptions import NoRegionError
