@@ -91,6 +91,9 @@ def test_stats_per_queue_and_type(database_url, conn, sql):
     assert (email["due"], email["scheduled"], email["running"], email["failed"]) == (3, 0, 0, 0)
     assert 89 <= email["oldest_due_seconds"] < 600
     assert (rows["default", "later"]["due"], rows["default", "later"]["scheduled"]) == (0, 1)
+    # Nothing due (only scheduled, or only finished): no wait to report.
+    assert rows["default", "later"]["oldest_due_seconds"] == 0
+    assert rows["images", "quick"]["oldest_due_seconds"] == 0
     assert rows["images", "resize"]["running"] == 1
     assert (rows["images", "flaky"]["failed"], rows["images", "flaky"]["failed_last_hour"]) == (
         1, 1)
@@ -451,3 +454,10 @@ def test_it_reaches_the_database_through_a_secret_as_the_functions_do(aws, datab
     assert result.returncode == 0, result.stderr
     assert [r["job_type"] for r in json.loads(result.stdout)] == ["through-the-secret"]
     assert PASSWORD not in result.stdout + result.stderr
+
+
+def test_a_run_at_of_minus_infinity_is_a_very_old_due_job(database_url, sql):
+    sql("INSERT INTO jobs (job_type, run_at) VALUES ('ancient', '-infinity')")
+    found = json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)
+    [row] = found["queues"]
+    assert row["due"] == 1 and row["oldest_due_seconds"] > 6e10

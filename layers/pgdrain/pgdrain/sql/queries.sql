@@ -363,10 +363,11 @@ SELECT queue, job_type,
        coalesce(p.scheduled, 0)::bigint AS scheduled,
        coalesce(r.running, 0)::bigint AS running,
        coalesce(f.failed, 0)::bigint AS failed,
-       -- A run_at of -infinity (plain SQL allows it) counts from year 1: the age stays a number.
-       coalesce(EXTRACT(EPOCH FROM now() - greatest(p.oldest_due_at,
-                                                    timestamptz '0001-01-01 00:00:00+00')),
-                0)::float8 AS oldest_due_seconds,
+       -- 0 when none is due; a run_at of -infinity (plain SQL allows it) counts from year 1,
+       -- so the age stays a number.
+       coalesce(EXTRACT(EPOCH FROM now() - CASE
+           WHEN p.oldest_due_at = '-infinity' THEN timestamptz '0001-01-01 00:00:00+00'
+           ELSE p.oldest_due_at END), 0)::float8 AS oldest_due_seconds,
        coalesce(d.done_last_minute, 0)::bigint AS done_last_minute,
        coalesce(d.done_last_hour, 0)::bigint AS done_last_hour,
        coalesce(f.failed_last_minute, 0)::bigint AS failed_last_minute,
