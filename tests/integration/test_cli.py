@@ -461,3 +461,22 @@ def test_a_run_at_of_minus_infinity_is_a_very_old_due_job(database_url, sql):
     found = json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)
     [row] = found["queues"]
     assert row["due"] == 1 and row["oldest_due_seconds"] > 6e10
+
+
+def test_cancel_says_what_happened_to_each_job(database_url, conn):
+    pending = pgdrain.enqueue(conn, "send-email").id
+    running = pgdrain.enqueue(conn, "sync-crm").id
+    conn.run("UPDATE jobs SET status = 'running', lease_token = gen_random_uuid(), "
+             "lease_expires_at = now() + interval '1 minute' WHERE id = :id", id=running)
+    result = pgdrain_cli(database_url, "cancel", str(pending), str(running), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {str(pending): "cancelled",
+                                         str(running): "cancel_requested"}
+    again = pgdrain_cli(database_url, "cancel", str(pending), "424242")
+    assert again.returncode == 1
+    assert f"job {pending} was not cancelled: it is cancelled" in again.stderr
+    assert "job 424242 was not cancelled: there is no such job" in again.stderr
+    listed = pgdrain_cli(database_url, "list", "--status", "cancelled", "--json")
+    assert [r["id"] for r in json.loads(listed.stdout)] == [pending]
+    bad = pgdrain_cli(database_url, "cancel", "x")
+    assert bad.returncode == 2 and "a job id is an integer" in bad.stderr

@@ -44,11 +44,13 @@ def test_every_variable_is_read():
         "PGDRAIN_PREPARED_STATEMENTS": "false",
         "PGDRAIN_VACUUM_DEAD_TUPLES": "0",
         "PGDRAIN_VACUUM_INTERVAL_SECONDS": "30",
+        "PGDRAIN_FAILED_RETENTION_SECONDS": "86400",
     }
     assert Settings.from_env(env) == Settings(
         database_url="postgresql://u@h/db", lease_seconds=120, batch_size=25,
         concurrency=50, pool_size=2, max_drains=16,
-        queues=("emails", "webhooks"), retention_seconds=0, purge_batch_size=50,
+        queues=("emails", "webhooks"), retention_seconds=0, failed_retention_seconds=86400,
+        purge_batch_size=50,
         purge_max_batches=0, reclaim_batch_size=7, max_jobs=50, safety_margin_seconds=0.5,
         job_timeout_seconds=4, job_modules="my.jobs,other.jobs",
         tracing=True, prepared_statements=False, vacuum_dead_tuples=0,

@@ -45,6 +45,7 @@ from .registry import REGISTRY, Handler, Registry, job, load_job_modules
 from .settings import Settings
 from .store import (
     backlog,
+    cancel,
     claim,
     complete,
     fail,
@@ -98,6 +99,7 @@ __all__ = [
     "TypePolicy",
     "Written",
     "backlog",
+    "cancel",
     "claim",
     "complete",
     "enqueue",

@@ -1,5 +1,6 @@
 """The janitor: at the top of every drain, expired leases are decided and finished, old done jobs
-purged in bounded batches, and the table vacuumed when dead rows pile up.
+(and, after their own retention, failed and cancelled ones) purged in bounded batches, and the
+table vacuumed when dead rows pile up.
 
 Overlapping drains never queue behind each other for it: a transaction-scoped advisory lock is
 tried without waiting, and a drain that does not get it skips the janitor.
@@ -22,7 +23,7 @@ LEASE_EXPIRED_ERROR = ("lease expired: the drain died while running this job (ou
 
 def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
                 ) -> JanitorResult:
-    """Reclaim expired leases and purge old ``done`` jobs, in one short transaction.
+    """Reclaim expired leases and purge old finished jobs, in one short transaction.
 
     Takes a transaction-scoped advisory lock without waiting: if another drain is running the
     janitor, this returns ``ran=False`` at once instead of queueing behind it. An expired job
@@ -46,16 +47,31 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
             f.id in written and (f.outcome is Outcome.REFUND or
                                  (f.outcome is Outcome.RETRY and lease.lost_claims > 0))
             for f, lease in zip(finishes, expired, strict=True))
-        purged = 0
-        for _ in range(settings.purge_max_batches):
-            deleted = store.purge_done(session, retention_seconds=settings.retention_seconds,
-                                       limit=settings.purge_batch_size)
-            purged += deleted
-            if deleted < settings.purge_batch_size:
-                break
+        purged = _purge(session, settings)
     failed, refunded = outcomes.count(Outcome.FAIL), outcomes.count(Outcome.REFUND)
     return JanitorResult(ran=True, reclaimed=len(outcomes) - failed, failed=failed,
                          purged=purged, refunded=refunded, alone_due=alone_due)
+
+
+def _purge(session: Any, settings: Settings) -> int:
+    """Old done jobs, then old failed and cancelled ones (their own, longer retention), at
+    most ``purge_max_batches`` statements of ``purge_batch_size`` rows each per kind."""
+    purged = 0
+    for _ in range(settings.purge_max_batches):
+        deleted = store.purge_done(session, retention_seconds=settings.retention_seconds,
+                                   limit=settings.purge_batch_size)
+        purged += deleted
+        if deleted < settings.purge_batch_size:
+            break
+    for status in ("failed", "cancelled"):
+        for _ in range(settings.purge_max_batches):
+            deleted = store.purge_finished_batch(
+                session, status=status, older_than_seconds=settings.failed_retention_seconds,
+                limit=settings.purge_batch_size)
+            purged += deleted
+            if deleted < settings.purge_batch_size:
+                break
+    return purged
 
 
 def _finish(lease: ExpiredLease, registry: Registry, settings: Settings) -> Finish:

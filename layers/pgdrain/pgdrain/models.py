@@ -20,6 +20,9 @@ class Status(enum.StrEnum):
     """Finished; the janitor purges it after the retention period."""
     FAILED = "failed"
     """Dead-lettered with its last error, out of attempts or discarded; requeue to run again."""
+    CANCELLED = "cancelled"
+    """Stopped by ``pgdrain.cancel`` (or plain SQL) before it ran, or asked to stop while
+    running and then ended instead of retried; never runs again. Purged with failed jobs."""
 
 
 # --- a job's fields: every reader (validation, the HTTP API, its OpenAPI document) uses these --
@@ -226,7 +229,8 @@ class JanitorResult:
     failed: int = 0
     """Expired leases with a recorded start, out of attempts: moved to failed."""
     purged: int = 0
-    """Old done rows deleted."""
+    """Old finished rows deleted: done after PGDRAIN_RETENTION_SECONDS, failed and cancelled
+    after PGDRAIN_FAILED_RETENTION_SECONDS."""
     refunded: int = 0
     """Of ``reclaimed``: jobs whose start was never recorded, given their attempt back."""
     alone_due: bool = False

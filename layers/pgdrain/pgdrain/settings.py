@@ -27,6 +27,7 @@ DEFAULT_CONCURRENCY = 10
 DEFAULT_POOL_SIZE = 4
 DEFAULT_MAX_DRAINS = 4
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
+DEFAULT_FAILED_RETENTION_SECONDS = 30 * 24 * 3600
 DEFAULT_PURGE_BATCH_SIZE = 1000
 DEFAULT_PURGE_MAX_BATCHES = 10
 DEFAULT_RECLAIM_BATCH_SIZE = 1000
@@ -214,6 +215,9 @@ SETTINGS: tuple[Setting, ...] = (
        "(all queues)"),
     _s("PGDRAIN_RETENTION_SECONDS", integer(0), DEFAULT_RETENTION_SECONDS,
        "Age after which the janitor deletes done jobs", "drain"),
+    _s("PGDRAIN_FAILED_RETENTION_SECONDS", integer(0), DEFAULT_FAILED_RETENTION_SECONDS,
+       "Age after which the janitor deletes failed and cancelled jobs (30 days: time to "
+       "look at them and requeue)", "drain"),
     _s("PGDRAIN_PURGE_BATCH_SIZE", integer(1), DEFAULT_PURGE_BATCH_SIZE,
        "Done jobs deleted per batch", "drain"),
     _s("PGDRAIN_PURGE_MAX_BATCHES", integer(0), DEFAULT_PURGE_MAX_BATCHES,
@@ -299,6 +303,7 @@ class Settings:
     max_drains: int = DEFAULT_MAX_DRAINS
     queues: tuple[str, ...] = ()
     retention_seconds: int = DEFAULT_RETENTION_SECONDS
+    failed_retention_seconds: int = DEFAULT_FAILED_RETENTION_SECONDS
     purge_batch_size: int = DEFAULT_PURGE_BATCH_SIZE
     purge_max_batches: int = DEFAULT_PURGE_MAX_BATCHES
     reclaim_batch_size: int = DEFAULT_RECLAIM_BATCH_SIZE
@@ -318,7 +323,8 @@ class Settings:
                      "max_jobs", "concurrency", "pool_size", "max_drains"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("retention_seconds", "purge_max_batches", "safety_margin_seconds",
+        for name in ("retention_seconds", "failed_retention_seconds", "purge_max_batches",
+                     "safety_margin_seconds",
                      "vacuum_dead_tuples", "vacuum_interval_seconds"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
@@ -362,6 +368,7 @@ class Settings:
             max_drains=read("PGDRAIN_MAX_DRAINS", env),
             queues=read("PGDRAIN_QUEUES", env),
             retention_seconds=read("PGDRAIN_RETENTION_SECONDS", env),
+            failed_retention_seconds=read("PGDRAIN_FAILED_RETENTION_SECONDS", env),
             purge_batch_size=read("PGDRAIN_PURGE_BATCH_SIZE", env),
             purge_max_batches=read("PGDRAIN_PURGE_MAX_BATCHES", env),
             reclaim_batch_size=read("PGDRAIN_RECLAIM_BATCH_SIZE", env),

@@ -334,6 +334,14 @@ def count_purgeable(conn: Any, *, status: str, older_than_seconds: float) -> int
     return int(row["jobs"]) if row else 0
 
 
+def purge_finished_batch(conn: Any, *, status: str, older_than_seconds: float,
+                         limit: int) -> int:
+    """Delete up to ``limit`` ``status`` jobs finished more than ``older_than_seconds`` ago."""
+    row = as_session(conn).one("job_purge_finished_batch", status=status,
+                               older_than_seconds=older_than_seconds, limit=limit)
+    return int(row["purged"]) if row else 0
+
+
 def purge_finished(conn: Any, *, status: str, older_than_seconds: float,
                    batch_size: int = 1000) -> int:
     """Delete ``status`` jobs (done or failed) finished more than ``older_than_seconds`` ago,
@@ -341,17 +349,28 @@ def purge_finished(conn: Any, *, status: str, older_than_seconds: float,
     if status not in PURGEABLE_STATUSES:
         raise ValueError(f"only {' and '.join(PURGEABLE_STATUSES)} jobs are purged, "
                          f"not {status!r}")
-    session, purged = as_session(conn), 0
+    purged = 0
     while True:
-        row = session.one("job_purge_finished_batch", status=status,
-                          older_than_seconds=older_than_seconds, limit=batch_size)
-        batch = int(row["purged"]) if row else 0
+        batch = purge_finished_batch(conn, status=status,
+                                     older_than_seconds=older_than_seconds, limit=batch_size)
         purged += batch
         if batch < batch_size:
             return purged
 
 
-PURGEABLE_STATUSES = ("done", "failed")
+PURGEABLE_STATUSES = ("done", "failed", "cancelled")
+
+
+def cancel(conn: Any, ids: Sequence[int]) -> dict[int, str]:
+    """Cancel jobs by id (see the catalogue's job_cancel): for each id, ``cancelled`` (it was
+    pending and will never run), ``cancel_requested`` (it is running: its attempt ends
+    cancelled rather than retried), ``already_done``, ``already_failed``,
+    ``already_cancelled`` (nothing changed), or ``not_found``."""
+    wanted = sorted({job_id(i) for i in ids})
+    if not wanted:
+        return {}
+    found = {r["id"]: r["outcome"] for r in as_session(conn).rows("job_cancel", ids=wanted)}
+    return {i: found.get(i, "not_found") for i in wanted}
 
 
 # --- drain slots and the backlog -----------------------------------------------------------

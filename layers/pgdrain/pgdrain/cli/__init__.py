@@ -1,6 +1,7 @@
 """The pgdrain command: operate the queue from a shell.
 
-``migrate``, ``stats``, ``list``, ``show``, ``requeue``, ``purge``, ``janitor`` and ``top``;
+``migrate``, ``stats``, ``list``, ``show``, ``requeue``, ``purge``, ``cancel``, ``janitor`` and
+``top``;
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
 Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from ..errors import PgdrainError, QueryFailed
 from . import arguments
 
-STATUSES = ("pending", "running", "done", "failed")
+STATUSES = ("pending", "running", "done", "failed", "cancelled")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,13 +52,16 @@ def _parser() -> argparse.ArgumentParser:
                          help="jobs per statement (default 1000)")
     purge = command("purge", "delete done or failed jobs older than an age: counts first, "
                              "deletes with --yes")
-    purge.add_argument("--status", choices=("done", "failed"), required=True)
+    purge.add_argument("--status", choices=("done", "failed", "cancelled"), required=True)
     purge.add_argument("--older-than", type=arguments.duration, required=True, metavar="AGE",
                        help="finished more than AGE ago (90s, 15m, 1h, 7d)")
     purge.add_argument("--yes", action="store_true", help="delete them (default: only count)")
     purge.add_argument("--batch", type=arguments.positive_int, default=1000,
                        help="jobs per statement (default 1000)")
-    command("janitor", "reclaim expired leases and purge old done jobs now")
+    cancel = command("cancel", "cancel jobs: a pending one never runs, a running one is asked "
+                               "to stop; exits 1 if one could not be")
+    cancel.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
+    command("janitor", "reclaim expired leases and purge old finished jobs now")
     top = commands.add_parser("top", help="the queue live: depth, age, rates, drains (Ctrl-C "
                                           "quits)")
     top.add_argument("--interval", type=arguments.interval, default=1.0, metavar="SECONDS",

@@ -120,6 +120,27 @@ def purge(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cancel(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    outcomes = store.cancel(conn, args.ids)
+    if args.json:
+        print(output.to_json({str(i): o for i, o in outcomes.items()}), file=out)
+    else:
+        print(output.table([{"id": i, "outcome": _CANCEL_WORDS.get(o, o.replace("_", " "))}
+                            for i, o in outcomes.items()], [("id", "ID"), ("outcome", "")]),
+              file=out)
+    refused = {i: o for i, o in outcomes.items() if o not in _CANCEL_WORDS}
+    for ident, outcome in refused.items():
+        reason = ("there is no such job" if outcome == "not_found"
+                  else f"it is {outcome.removeprefix('already_')}")
+        print(f"pgdrain cancel: job {ident} was not cancelled: {reason}",
+              file=output_errors(out))
+    return 1 if refused else 0
+
+
+_CANCEL_WORDS = {"cancelled": "cancelled: it will not run",
+                 "cancel_requested": "running: asked to stop (its attempt ends cancelled)"}
+
+
 def janitor(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     from ..janitor import run_janitor
     from ..settings import Settings
@@ -139,5 +160,5 @@ def output_errors(out: TextIO) -> TextIO:
 
 COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], int]] = {
     "migrate": migrate, "stats": stats, "list": list_jobs, "show": show, "requeue": requeue,
-    "purge": purge, "janitor": janitor,
+    "purge": purge, "janitor": janitor, "cancel": cancel,
 }

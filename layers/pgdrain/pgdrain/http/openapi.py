@@ -356,13 +356,16 @@ def _job_view_schema() -> dict[str, Any]:
             "started_at": nullable(_DATE_TIME, "When the current attempt's handler started, "
                                                "recorded only once lost_claims is above 0."),
             "dedupe_key": nullable({"type": "string"}, "The job's dedupe key, if any."),
-            "finished_at": nullable(_DATE_TIME, "When it became done or failed."),
+            "finished_at": nullable(_DATE_TIME, "When it became done, failed or cancelled."),
+            "cancel_requested_at": nullable(_DATE_TIME, "When it was asked to stop while it "
+                                                        "ran (its attempt then ends "
+                                                        "cancelled)."),
             "updated_at": _DATE_TIME,
         },
         "required": ["id", "job_type", "payload", "status", "attempts", "max_attempts",
                      "run_at", "created_at", "queue", "priority", "claimed_at",
                      "lease_expires_at", "last_error", "errors", "dedupe_key", "finished_at",
-                     "updated_at", "lost_claims", "started_at"],
+                     "updated_at", "lost_claims", "started_at", "cancel_requested_at"],
     }
 
 

@@ -140,6 +140,41 @@ SELECT least(COALESCE(sum(n), 0), :cap::int)::bigint AS due,
            AS oldest_due_seconds
 FROM per_priority
 
+-- name: job_cancel
+-- Cancel jobs by id, one statement: a pending one (due or not) becomes cancelled and never
+-- runs; a running one is asked to stop (cancel_requested_at: its attempt then ends cancelled
+-- instead of retried); a finished one stays as it is. The rows are locked in id order, so two
+-- cancels never deadlock; a claim holding a row makes this wait for its commit, then see the
+-- job running. Returns each existing id with what happened: cancelled, cancel_requested, or
+-- already_done / already_failed / already_cancelled.
+WITH target AS (
+    SELECT id, status
+    FROM jobs
+    WHERE id = ANY(:ids::bigint[])
+    ORDER BY id
+    FOR UPDATE
+), cancelled AS (
+    UPDATE jobs AS j
+    SET status = 'cancelled', finished_at = now(), updated_at = now()
+    FROM target AS t
+    WHERE j.id = t.id AND t.status = 'pending'
+    RETURNING j.id
+), requested AS (
+    UPDATE jobs AS j
+    SET cancel_requested_at = coalesce(j.cancel_requested_at, now()), updated_at = now()
+    FROM target AS t
+    WHERE j.id = t.id AND t.status = 'running'
+    RETURNING j.id
+)
+SELECT t.id,
+       CASE WHEN c.id IS NOT NULL THEN 'cancelled'
+            WHEN r.id IS NOT NULL THEN 'cancel_requested'
+            ELSE 'already_' || t.status END AS outcome
+FROM target AS t
+LEFT JOIN cancelled AS c ON c.id = t.id
+LEFT JOIN requested AS r ON r.id = t.id
+ORDER BY t.id
+
 -- name: job_claim_alone
 -- Claim one due job whose claim was lost before without a record of its start (lost_claims >
 -- 0), alone, recording its start: if its drain dies again, even while decoding it, the janitor
@@ -254,10 +289,14 @@ RETURNING id, dedupe_key, run_at <= now() AS due
 -- the ones that changed, any other was a stale write. done and fail finish the job; retry and
 -- snooze make it pending after :delays; release and refund make it pending at once; snooze,
 -- release and refund give the claim's attempt back (refund also counts a lost claim); retry
--- and fail keep the error, in last_error and as one more entry of errors.
+-- and fail keep the error, in last_error and as one more entry of errors. A job asked to stop
+-- while it ran (cancel_requested_at, job_cancel) ends cancelled instead of going back to
+-- pending; done and failed stay what they are.
 UPDATE jobs AS j
-SET status           = CASE f.outcome WHEN 'done' THEN 'done' WHEN 'fail' THEN 'failed'
-                                      ELSE 'pending' END,
+SET status           = CASE WHEN f.outcome = 'done' THEN 'done'
+                            WHEN f.outcome = 'fail' THEN 'failed'
+                            WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                            ELSE 'pending' END,
     attempts         = CASE WHEN f.outcome IN ('snooze', 'release', 'refund')
                             THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
     lost_claims      = j.lost_claims + (f.outcome = 'refund')::int,
@@ -265,7 +304,9 @@ SET status           = CASE f.outcome WHEN 'done' THEN 'done' WHEN 'fail' THEN '
                             THEN now() + make_interval(secs => f.delay_seconds)
                             WHEN f.outcome = 'refund' THEN now()
                             ELSE j.run_at END,
-    finished_at      = CASE WHEN f.outcome IN ('done', 'fail') THEN now() ELSE j.finished_at END,
+    finished_at      = CASE WHEN f.outcome IN ('done', 'fail')
+                                 OR j.cancel_requested_at IS NOT NULL THEN now()
+                            ELSE j.finished_at END,
     last_error       = CASE WHEN f.outcome IN ('retry', 'fail') THEN f.error
                             ELSE j.last_error END,
     errors           = CASE WHEN f.outcome IN ('retry', 'fail')
@@ -289,7 +330,7 @@ RETURNING j.id
 SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, run_at,
        created_at, queue, priority, claimed_at, lease_expires_at,
        lease_token::text AS lease_token, last_error, errors::text AS errors, dedupe_key,
-       finished_at, updated_at, lost_claims, started_at
+       finished_at, updated_at, lost_claims, started_at, cancel_requested_at
 FROM jobs
 WHERE id = :id::bigint
 
@@ -436,11 +477,12 @@ WITH chosen AS (
     LIMIT :limit::int
 )
 UPDATE jobs
-SET status      = 'pending',
-    attempts    = 0,
-    run_at      = now(),
-    finished_at = NULL,
-    updated_at  = now()
+SET status              = 'pending',
+    attempts            = 0,
+    run_at              = now(),
+    finished_at         = NULL,
+    cancel_requested_at = NULL,
+    updated_at          = now()
 FROM chosen
 WHERE jobs.id = chosen.id AND jobs.status = 'failed'
 RETURNING jobs.id
