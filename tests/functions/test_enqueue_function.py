@@ -233,6 +233,26 @@ def test_retry_route(app, conn, sql):
     assert call(app, event)[0] == 404
 
 
+def test_cancel_route(app, conn):
+    pending = pgdrain.enqueue(conn, "test-noop").id
+    event = load_event("job_cancel.json")
+    event["path"] = f"/jobs/{pending}/cancel"
+    status, body, _ = call(app, event)
+    assert (status, body["status"], body["cancel_requested_at"]) == (200, "cancelled", None)
+    assert pgdrain.claim(conn, batch_size=1, lease_seconds=60) == []
+    assert call(app, event)[:2] == (409, {
+        "error": f"job {pending} is cancelled; only pending and running jobs can be cancelled",
+        "details": {"id": pending, "status": "cancelled"}})
+    running = pgdrain.enqueue(conn, "test-noop").id
+    pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    event["path"] = f"/jobs/{running}/cancel"
+    status, body, _ = call(app, event)
+    assert (status, body["status"]) == (200, "running")
+    assert body["cancel_requested_at"] is not None
+    event["path"] = "/jobs/424242/cancel"
+    assert call(app, event)[0] == 404
+
+
 def test_retry_of_a_job_whose_dedupe_key_is_live_again(app, conn):
     job_id = pgdrain.enqueue(conn, "test-noop", max_attempts=1, dedupe_key="k").id
     [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
@@ -295,7 +315,7 @@ def test_a_database_failure_answers_a_short_503_with_the_request_id(load_functio
 
 def test_sam_event_files_are_complete_proxy_events():
     for name in ("enqueue_single.json", "enqueue_batch.json", "enqueue_invalid.json",
-                 "job_get.json", "job_retry.json", "drain_api.json"):
+                 "job_get.json", "job_retry.json", "job_cancel.json", "drain_api.json"):
         event = load_event(name)
         assert {"resource", "path", "httpMethod", "headers", "requestContext", "body",
                 "isBase64Encoded"} <= set(event), name

@@ -191,7 +191,7 @@ _INFO_DESCRIPTION = (
     "The enqueue function of pgdrain, behind API Gateway (REST, Lambda proxy integration, "
     "AWS_IAM auth). `POST /jobs` inserts one job or a batch in one transaction and may wake the "
     "drain; `GET /jobs/{id}` returns a job's state; `POST /jobs/{id}/retry` requeues a failed "
-    "job; `POST /drain` starts a drain (202; `?wait=true` drains in the request, at most "
+    "job; `POST /jobs/{id}/cancel` cancels one; `POST /drain` starts a drain (202; `?wait=true` drains in the request, at most "
     "25 s).\n\nEvery refusal is JSON `{\"error\": ..., \"details\": {...}}` and changes nothing. "
     "Another method on a known path answers 405 with an `Allow` header; an unknown path "
     "answers 404. Delivery is at least once: handlers must be safe to run twice.\n\n"
@@ -396,8 +396,9 @@ def _responses() -> dict[str, Any]:
             "The path exists but not with this method (any path of the API but its operations).",
             {"Allow": {"description": "The method the path takes.",
                        "schema": {"type": "string"}}}),
-        "Conflict": _error("The job is not failed (`details.status`), or a live job holds its "
-                           "dedupe_key (`details.held_by`), so it cannot be retried now."),
+        "Conflict": _error("Retry: the job is not failed (`details.status`), or a live job "
+                           "holds its dedupe_key (`details.held_by`). Cancel: the job had "
+                           "finished (`details.status`)."),
         "Unavailable": _error("The database is unavailable or did not answer in time (the "
                               "request may or may not have committed), or, rarely, the jobs "
                               "holding its dedupe keys kept finishing and being replaced "
@@ -508,6 +509,18 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
     "retryJob": {
         "responses": {
             "200": _job_response("The job, pending again."),
+            "400": _ref_response("BadRequest"),
+            "404": _ref_response("NotFound"),
+            "409": _ref_response("Conflict"),
+        },
+    },
+    "cancelJob": {
+        "description": "A pending (or scheduled) job becomes `cancelled` and never runs. A "
+                       "running job is asked to stop (`cancel_requested_at`): its handler "
+                       "finishes, and an attempt that would have been retried ends "
+                       "`cancelled`. A job that had finished answers 409.",
+        "responses": {
+            "200": _job_response("The job, cancelled or asked to stop."),
             "400": _ref_response("BadRequest"),
             "404": _ref_response("NotFound"),
             "409": _ref_response("Conflict"),

@@ -37,6 +37,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/jobs/{id}", "getJob", "A job's state, lease and error history", "enqueue"),
     Route("POST", "/jobs/{id}/retry", "retryJob",
           "Requeue a failed job with a fresh set of attempts, due now", "enqueue"),
+    Route("POST", "/jobs/{id}/cancel", "cancelJob",
+          "Cancel a job: pending, it never runs; running, its attempt ends cancelled",
+          "enqueue"),
     Route("POST", "/drain", "drainNow", "Start a drain now (the drain function)", "drain"),
 )
 

@@ -86,6 +86,8 @@ class EnqueueApi:
             return self.get_job(request.path_params["id"])
         if operation_id == "retryJob":
             return self.retry_job(request.path_params["id"])
+        if operation_id == "cancelJob":
+            return self.cancel_job(request.path_params["id"])
         raise LookupError(f"no operation {operation_id!r} in the enqueue API")
 
     def enqueue_jobs(self, body: str | None, *, base64_encoded: bool,
@@ -133,6 +135,24 @@ class EnqueueApi:
                            {"id": ident, "status": "failed", "held_by": holder})
         raise ApiError(409, f"job {ident} is {job['status']}; only failed jobs can be retried",
                        {"id": ident, "status": job["status"]})
+
+
+    def cancel_job(self, raw_id: str) -> Response:
+        """``POST /jobs/{id}/cancel``: a pending job cancelled (it never runs) or a running one
+        asked to stop (200 with the job); 404; 409 when it had finished."""
+        ident = job_id(raw_id)
+        session = self.session()
+        outcome = store.cancel(session, [ident])[ident]
+        if outcome == "not_found":
+            raise ApiError(404, f"no job with id {ident}", {"id": ident})
+        if outcome.startswith("already_"):
+            status = outcome.removeprefix("already_")
+            raise ApiError(409, f"job {ident} is {status}; only pending and running jobs can "
+                                "be cancelled", {"id": ident, "status": status})
+        job = store.get_job(session, ident)
+        assert job is not None
+        return Response(200, job_view(job), metrics={"JobsCancelled": 1},
+                        log=LogLine("info", "cancel", {"id": ident, "outcome": outcome}))
 
 
 def job_id(raw: str) -> int:
