@@ -332,9 +332,12 @@ def test_requeue_selects_by_type_or_queue_or_all_in_batches(database_url, conn, 
     assert json.loads(rest.stdout) == {"requeued": [ids[6]]}
     assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'failed'")[0]["n"] == 0
 
-    unsaid = pgdrain_cli(database_url, "requeue")
-    assert unsaid.returncode == 2
-    assert "say which failed jobs: --id, --type, --queue, or --all" in unsaid.stderr
+
+def test_requeue_without_a_selector_is_every_failed_job(database_url, conn):
+    ids = _failed_jobs(conn, [{"job_type": "a"}, {"job_type": "b", "queue": "q"}])
+    result = pgdrain_cli(database_url, "requeue")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "requeued 2 job(s): " + ", ".join(map(str, ids))
 
 
 def test_purge_counts_first_and_deletes_with_yes(database_url, conn, sql):

@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     requeue.add_argument("--id", type=arguments.job_id, action="append", dest="ids",
                          metavar="ID", help="a job id (repeatable)")
     _filters(requeue)
-    requeue.add_argument("--all", action="store_true", help="every failed job")
+    requeue.add_argument("--all", action="store_true",
+                         help="every failed job (also what no selector means)")
     requeue.add_argument("--batch", type=arguments.positive_int, default=1000,
                          help="jobs per statement (default 1000)")
     purge = command("purge", "delete done or failed jobs older than an age: counts first, "

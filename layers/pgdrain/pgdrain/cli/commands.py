@@ -85,10 +85,7 @@ def show(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def requeue(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
-    if not (args.ids or args.job_type or args.queue or args.all):
-        print("pgdrain requeue: say which failed jobs: --id, --type, --queue, or --all",
-              file=output_errors(out))
-        return 2
+    # No selector is every failed job, as it always was (`--all` says so explicitly).
     ids = store.requeue_failed(conn, ids=args.ids, job_type=args.job_type, queue=args.queue,
                                batch_size=args.batch)
     if args.json:
