@@ -567,3 +567,17 @@ def test_the_library_logs_as_the_function_json_with_the_correlation_id(load_func
     assert [line["level"] for line in library] == ["WARNING"]
     assert library[0]["correlation_id"] == context.aws_request_id
     assert library[0]["service"] == app.logger.service
+
+
+def test_expired_jobs_are_counted_and_never_run(load_function, conn, sql, capsys):
+    ident = pgdrain.enqueue(conn, "test-noop", ttl_seconds=60).id
+    sql("UPDATE jobs SET expires_at = now() - interval '1 second' WHERE id = :id", id=ident)
+    app = load_function("drain")
+    capsys.readouterr()
+    summary = app.lambda_handler({}, LambdaContext())
+    assert (summary["expired"], summary["claimed"], summary["done"]) == (1, 0, 0)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    [emf] = [r for r in lines if "_aws" in r]
+    assert (emf["JobsExpired"], emf["JobsFailed"]) == ([1.0], [1.0])
+    assert pgdrain.get_job(conn, ident)["last_error"] == "expired"

@@ -95,7 +95,7 @@ def test_invalid_batch_event_inserts_nothing(app, sql):
           "details": {"field": "job_type"}}),
         ({"body": {"job_type": "test-noop", "kind": "x"}}, 422,
          {"error": "kind: unknown field; a job has job_type, payload, run_at, delay_seconds, "
-                   "priority, queue, max_attempts, dedupe_key", "details": {"field": "kind"}}),
+                   "priority, queue, max_attempts, expires_at, ttl_seconds, dedupe_key", "details": {"field": "kind"}}),
         ({"body": {"job_type": "test-noop", "payload": [1]}}, 422,
          {"error": "payload: must be a JSON object", "details": {"field": "payload"}}),
         ({"body": {"job_type": "test-noop", "run_at": "2030-01-01T09:00:00"}}, 422,
@@ -377,3 +377,21 @@ def test_payload_model_is_enforced_at_enqueue(app, sql):
     # Defaults from the model are filled in, so the stored payload is complete.
     assert sql("SELECT payload FROM jobs")[0]["payload"] == {"to": "sarah", "times": 1,
                                                              "tags": []}
+
+
+def test_expiry_through_the_api(app, sql):
+    status, body, _ = post_jobs(app, {"jobs": [
+        {"job_type": "send-email", "ttl_seconds": 120},
+        {"job_type": "send-email", "expires_at": "2099-01-01T00:00:00Z"}]})
+    assert status == 201
+    rows = {r["id"]: r for r in sql(
+        "SELECT id, EXTRACT(EPOCH FROM expires_at - created_at) AS ttl, "
+        "expires_at = '2099-01-01T00:00:00Z'::timestamptz AS at FROM jobs")}
+    ttl_job, at_job = body["ids"]
+    assert 119 < float(rows[ttl_job]["ttl"]) <= 120.5 and rows[at_job]["at"]
+    status, body, _ = post_jobs(app, {"job_type": "send-email", "ttl_seconds": 5,
+                                      "delay_seconds": 10})
+    assert status == 422 and body["details"] == {"field": "ttl_seconds"}
+    status, body, _ = post_jobs(app, {"job_type": "send-email", "expires_at": "tomorrow"})
+    assert (status, body["details"]) == (422, {"field": "expires_at"})
+    assert job_count(sql) == 2

@@ -87,6 +87,8 @@ class DrainSummary:
     reclaimed_refunded: int = 0
     """Of ``reclaimed``: jobs whose start was never recorded, given their attempt back."""
     purged: int = 0
+    expired: int = 0
+    """Pending jobs the janitor ended failed because their expires_at passed unstarted."""
     vacuumed: int = 0
     """1 if this drain vacuumed the jobs table (PGDRAIN_VACUUM_DEAD_TUPLES)."""
     abandoned: int = 0
@@ -363,6 +365,7 @@ class _Drain:
         self.summary.reclaimed = janitor.reclaimed + janitor.failed
         self.summary.reclaimed_failed = janitor.failed
         self.summary.reclaimed_refunded = janitor.refunded
+        self.summary.expired = janitor.expired
         self.summary.purged = janitor.purged
         self.alone_due = janitor.alone_due
         self.summary.vacuumed = int(self.store.vacuum_if_due(self.settings))

@@ -44,6 +44,8 @@ def new_job(
     run_at: Any = None,
     delay_seconds: Any = None,
     dedupe_key: Any = None,
+    expires_at: Any = None,
+    ttl_seconds: Any = None,
     index: int | None = None,
 ) -> NewJob:
     """Validate one job's fields (``models.JOB_FIELDS``); raise InvalidJobError naming the field
@@ -51,14 +53,26 @@ def new_job(
     check = _Checker(index)
     if run_at is not None and delay_seconds is not None:
         raise check.bad("run_at", "give run_at or delay_seconds, not both")
+    if expires_at is not None and ttl_seconds is not None:
+        raise check.bad("expires_at", "give expires_at or ttl_seconds, not both")
+    due, delay = check.run_at(run_at), check.delay(delay_seconds)
+    expires = check.run_at(expires_at, "expires_at")
+    ttl = None if ttl_seconds is None else check.delay(ttl_seconds, "ttl_seconds")
+    if ttl is not None and not ttl > delay:
+        raise check.bad("ttl_seconds", "must be more than 0 and more than delay_seconds (the "
+                                       "job would expire before it is due)")
+    if expires is not None and due is not None and not expires > due:
+        raise check.bad("expires_at", "must be after run_at (the job would expire before it "
+                                      "is due)")
     return NewJob(
+        expires_at=expires, ttl_seconds=ttl,
         job_type=check.text("job_type", job_type, MAX_TEXT),
         payload_json=check.payload(payload),
         queue=check.text("queue", queue, MAX_TEXT),
         priority=check.integer("priority", priority, *SMALLINT),
         max_attempts=check.integer("max_attempts", max_attempts, 1, MAX_INT),
-        run_at=check.run_at(run_at),
-        delay_seconds=check.delay(delay_seconds),
+        run_at=due,
+        delay_seconds=delay,
         dedupe_key=None if dedupe_key is None else check.text("dedupe_key", dedupe_key,
                                                                MAX_DEDUPE_KEY),
     )
@@ -104,28 +118,27 @@ class _Checker:
             raise self.bad("payload", "must be valid Unicode (it holds a lone surrogate)")
         return text
 
-    def run_at(self, run_at: Any) -> datetime | None:
+    def run_at(self, run_at: Any, name: str = "run_at") -> datetime | None:
         if run_at is None:
             return None
         if not isinstance(run_at, datetime):
-            raise self.bad("run_at", "must be a datetime")
+            raise self.bad(name, "must be a datetime")
         if run_at.tzinfo is None or run_at.utcoffset() is None:
-            raise self.bad("run_at", "must carry a timezone (a naive time is ambiguous)")
+            raise self.bad(name, "must carry a timezone (a naive time is ambiguous)")
         try:
             run_at.astimezone(UTC)
         except OverflowError:
-            raise self.bad("run_at", "is out of range (years 1 to 9999 in UTC)") from None
+            raise self.bad(name, "is out of range (years 1 to 9999 in UTC)") from None
         return run_at
 
-    def delay(self, delay_seconds: Any) -> float:
+    def delay(self, delay_seconds: Any, name: str = "delay_seconds") -> float:
         if delay_seconds is None:
             return 0.0
         if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, int | float):
-            raise self.bad("delay_seconds", "must be a number")
+            raise self.bad(name, "must be a number")
         # Compared before any float(): an int of 400 digits does not fit in one.
         if not (0 <= delay_seconds <= MAX_DELAY_SECONDS):  # NaN fails this too
-            raise self.bad("delay_seconds",
-                           f"must be between 0 and {MAX_DELAY_SECONDS} (ten years)")
+            raise self.bad(name, f"must be between 0 and {MAX_DELAY_SECONDS} (ten years)")
         return float(delay_seconds)
 
 

@@ -1,6 +1,7 @@
-"""The janitor: at the top of every drain, expired leases are decided and finished, old done jobs
-(and, after their own retention, failed and cancelled ones) purged in bounded batches, and the
-table vacuumed when dead rows pile up.
+"""The janitor: at the top of every drain, expired leases are decided and finished, pending jobs
+past their ``expires_at`` ended failed (``expired``), old done jobs (and, after their own
+retention, failed and cancelled ones) purged in bounded batches, and the table vacuumed when
+dead rows pile up.
 
 Overlapping drains never queue behind each other for it: a transaction-scoped advisory lock is
 tried without waiting, and a drain that does not get it skips the janitor.
@@ -8,6 +9,7 @@ tried without waiting, and a drain that does not get it skips the janitor.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from . import store
@@ -16,6 +18,8 @@ from .models import ExpiredLease, Finish, JanitorResult, Outcome
 from .policy import DEFAULT_POLICY, Fail, Refund, Retry, after_lost_lease
 from .registry import REGISTRY, Registry
 from .settings import Settings
+
+log = logging.getLogger(__name__)
 
 LEASE_EXPIRED_ERROR = ("lease expired: the drain died while running this job (out of memory, "
                        "killed at the function's timeout, or crashed) after recording its start")
@@ -47,10 +51,15 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
             f.id in written and (f.outcome is Outcome.REFUND or
                                  (f.outcome is Outcome.RETRY and lease.lost_claims > 0))
             for f, lease in zip(finishes, expired, strict=True))
+        too_late = store.expire_pending(session, limit=settings.reclaim_batch_size)
         purged = _purge(session, settings)
+    for job in too_late:
+        log.info("job %s (%s, queue %s) expired before it started: failed", job["id"],
+                 job["job_type"], job["queue"])
     failed, refunded = outcomes.count(Outcome.FAIL), outcomes.count(Outcome.REFUND)
     return JanitorResult(ran=True, reclaimed=len(outcomes) - failed, failed=failed,
-                         purged=purged, refunded=refunded, alone_due=alone_due)
+                         purged=purged, refunded=refunded, alone_due=alone_due,
+                         expired=len(too_late))
 
 
 def _purge(session: Any, settings: Settings) -> int:

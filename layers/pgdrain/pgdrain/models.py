@@ -74,6 +74,14 @@ JOB_FIELDS: tuple[JobField, ...] = (
     JobField("max_attempts", {"type": "integer", "minimum": 1, "maximum": MAX_INT,
                               "default": DEFAULT_MAX_ATTEMPTS},
              "Attempts before the job lands in failed."),
+    JobField("expires_at", {"anyOf": [DATE_TIME, {"type": "null"}]},
+             "For a job worthless if late: not started by this ISO 8601 date-time (with a "
+             "timezone), it never runs and ends failed with the error `expired`. After run_at; "
+             "not together with ttl_seconds."),
+    JobField("ttl_seconds", {"anyOf": [{"type": "number", "exclusiveMinimum": 0,
+                                        "maximum": MAX_DELAY_SECONDS}, {"type": "null"}]},
+             "Like expires_at, in seconds from now (the database's clock): not started within "
+             "them, the job never runs. More than delay_seconds."),
     JobField("dedupe_key", {"anyOf": [{"type": "string", "minLength": 1,
                                        "maxLength": MAX_DEDUPE_KEY, "pattern": NO_NUL},
                                       {"type": "null"}]},
@@ -98,6 +106,8 @@ class NewJob:
     run_at: datetime | None
     delay_seconds: float
     dedupe_key: str | None
+    expires_at: datetime | None = None
+    ttl_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +243,8 @@ class JanitorResult:
     after PGDRAIN_FAILED_RETENTION_SECONDS."""
     refunded: int = 0
     """Of ``reclaimed``: jobs whose start was never recorded, given their attempt back."""
+    expired: int = 0
+    """Pending jobs past their ``expires_at``, ended failed with the error ``expired``."""
     alone_due: bool = False
     """Whether a job to claim alone (its claim lost before) is due: the drain claims those
     first."""

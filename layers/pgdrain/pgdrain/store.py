@@ -53,6 +53,8 @@ def insert_jobs(conn: Any, rows: Sequence[NewJob]) -> list[dict[str, Any]]:
         run_ats=[j.run_at for j in rows],
         delays=[j.delay_seconds for j in rows],
         dedupe_keys=[j.dedupe_key for j in rows],
+        expires_ats=[j.expires_at for j in rows],
+        ttls=[j.ttl_seconds for j in rows],
     )
 
 
@@ -194,6 +196,12 @@ def try_janitor_lock(session: Session) -> tuple[bool, bool]:
 def expired_leases(session: Session, *, limit: int) -> list[ExpiredLease]:
     """Running jobs whose lease ran out, oldest first, locked (SKIP LOCKED)."""
     return [ExpiredLease(**row) for row in session.rows("janitor_select_expired", limit=limit)]
+
+
+def expire_pending(session: Session, *, limit: int) -> list[dict[str, Any]]:
+    """End up to ``limit`` pending jobs past their ``expires_at``: failed, error ``expired``.
+    ``{"id", "job_type", "queue"}`` of each."""
+    return session.rows("janitor_expire_batch", limit=limit)
 
 
 def purge_done(session: Session, *, retention_seconds: float, limit: int) -> int:

@@ -100,7 +100,9 @@ class DrainObserver:
             add(name, MetricUnit.Count, getattr(summary, outcome))
         # The dead-letter alarm watches JobsFailed: every job that ended failed in this
         # invocation, the janitor's included.
-        add("JobsFailed", MetricUnit.Count, summary.failed + summary.reclaimed_failed)
+        add("JobsFailed", MetricUnit.Count,
+            summary.failed + summary.reclaimed_failed + summary.expired)
+        add("JobsExpired", MetricUnit.Count, summary.expired)
         # Handlers that ignored their limit and outlived the invocation; drains this one
         # started (continuation, fan-out); and a drain that found every slot taken.
         add("HandlersAbandoned", MetricUnit.Count, summary.abandoned)

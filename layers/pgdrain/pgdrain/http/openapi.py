@@ -361,12 +361,15 @@ def _job_view_schema() -> dict[str, Any]:
             "cancel_requested_at": nullable(_DATE_TIME, "When it was asked to stop while it "
                                                         "ran (its attempt then ends "
                                                         "cancelled)."),
+            "expires_at": nullable(_DATE_TIME, "Not started by then, it never runs and ends "
+                                               "failed with the error `expired`."),
             "updated_at": _DATE_TIME,
         },
         "required": ["id", "job_type", "payload", "status", "attempts", "max_attempts",
                      "run_at", "created_at", "queue", "priority", "claimed_at",
                      "lease_expires_at", "last_error", "errors", "dedupe_key", "finished_at",
-                     "updated_at", "lost_claims", "started_at", "cancel_requested_at"],
+                     "updated_at", "lost_claims", "started_at", "cancel_requested_at",
+                     "expires_at"],
     }
 
 

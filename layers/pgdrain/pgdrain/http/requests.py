@@ -232,27 +232,30 @@ def _job(item: Any, index: int | None, key: str | None, registry: Registry,
         "run_at": _timestamp(item.get("run_at"), invalid),
         "delay_seconds": item.get("delay_seconds"),
         "dedupe_key": dedupe_key if dedupe_key is not None else key,
+        "expires_at": _timestamp(item.get("expires_at"), invalid, "expires_at"),
+        "ttl_seconds": item.get("ttl_seconds"),
     }
-    if isinstance(options["delay_seconds"], float) and not math.isfinite(options["delay_seconds"]):
-        raise invalid("delay_seconds", "must be a finite number")
+    for name in ("delay_seconds", "ttl_seconds"):
+        if isinstance(options[name], float) and not math.isfinite(options[name]):
+            raise invalid(name, "must be a finite number")
     try:
         return new_job(job_type, payload, **options)
     except InvalidJobError as exc:
         raise invalid(exc.field or "job", str(exc).split(": ", 1)[-1]) from None
 
 
-def _timestamp(value: Any, invalid: Any) -> datetime | None:
+def _timestamp(value: Any, invalid: Any, name: str = "run_at") -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise invalid("run_at", "must be an ISO 8601 string, e.g. 2030-01-31T09:00:00Z")
+        raise invalid(name, "must be an ISO 8601 string, e.g. 2030-01-31T09:00:00Z")
     if not value.isascii() or any(c < " " or c == "\x7f" for c in value):
         # Python's parser stops at a NUL and would read "...Z\x00junk" as a valid time.
-        raise invalid("run_at", "must be an ISO 8601 timestamp of printable ASCII characters")
+        raise invalid(name, "must be an ISO 8601 timestamp of printable ASCII characters")
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise invalid("run_at", f"is not an ISO 8601 timestamp: {value[:64]!r}") from None
+        raise invalid(name, f"is not an ISO 8601 timestamp: {value[:64]!r}") from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise invalid("run_at", "must include a timezone, e.g. 2030-01-31T09:00:00Z")
+        raise invalid(name, "must include a timezone, e.g. 2030-01-31T09:00:00Z")
     return parsed

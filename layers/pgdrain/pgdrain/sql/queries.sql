@@ -85,6 +85,27 @@ WHERE locktype = 'advisory'
   AND granted
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 
+-- name: janitor_expire_batch
+-- End up to :limit pending jobs whose expires_at has passed (due or not): failed, with the
+-- error `expired` in last_error and errors, never started. Through jobs_expiring_idx, so a
+-- queue without expiring jobs costs an empty index probe. Returns what ended, for the logs.
+UPDATE jobs AS j
+SET status      = 'failed',
+    finished_at = now(),
+    last_error  = 'expired',
+    errors      = j.errors || jsonb_build_array(jsonb_build_object(
+                      'attempt', j.attempts, 'at', now(), 'error', 'expired')),
+    updated_at  = now()
+WHERE j.id = ANY(ARRAY(
+    SELECT id
+    FROM jobs
+    WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= now()
+    ORDER BY expires_at
+    LIMIT :limit::int
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING j.id, j.job_type, j.queue
+
 -- name: janitor_select_expired
 -- Running jobs whose lease ran out, oldest first, locked so that two janitors never decide
 -- about the same row; `started` says whether the claim recorded the job's start.
@@ -185,6 +206,7 @@ WITH alone AS MATERIALIZED (
     FROM jobs
     WHERE status = 'pending' AND lost_claims > 0
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
     ORDER BY priority, run_at, id
     LIMIT 1
@@ -212,13 +234,15 @@ RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attemp
 -- SELECT returns the batch in claim order. The payload comes back as text, decoded job by
 -- job: a row inserted by plain SQL that the driver cannot decode (a 5,000-digit number, an
 -- array nested 3,000 deep) fails alone instead of the whole batch. A job whose claim was lost
--- before is left to job_claim_alone.
+-- before is left to job_claim_alone; one past its expires_at is never claimed (the janitor
+-- ends it: janitor_expire_batch).
 WITH due AS MATERIALIZED (
     SELECT id
     FROM jobs
     WHERE status = 'pending'
       AND run_at <= now()
       AND lost_claims = 0
+      AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
     ORDER BY priority, run_at, id
     LIMIT :batch_size::int
@@ -269,15 +293,17 @@ WHERE status = :status::text
 -- name: job_enqueue_batch
 -- Insert jobs in input order. A live duplicate of a dedupe key (in the table or earlier in the
 -- same batch) is skipped and not returned; the caller looks its id up. `run_at` NULL means now()
--- plus the delay, in the database's clock.
-INSERT INTO jobs (job_type, payload, queue, priority, max_attempts, run_at, dedupe_key)
+-- plus the delay, in the database's clock; `expires_at` NULL is now() plus the TTL, or never.
+INSERT INTO jobs (job_type, payload, queue, priority, max_attempts, run_at, dedupe_key,
+                  expires_at)
 SELECT i.job_type, i.payload, i.queue, i.priority, i.max_attempts,
-       COALESCE(i.run_at, now() + make_interval(secs => i.delay_seconds)), i.dedupe_key
+       COALESCE(i.run_at, now() + make_interval(secs => i.delay_seconds)), i.dedupe_key,
+       COALESCE(i.expires_at, now() + make_interval(secs => i.ttl_seconds))
 FROM unnest(:job_types::text[], :payloads::jsonb[], :queues::text[], :priorities::smallint[],
             :max_attempts::int[], :run_ats::timestamptz[], :delays::float8[],
-            :dedupe_keys::text[])
+            :dedupe_keys::text[], :expires_ats::timestamptz[], :ttls::float8[])
      WITH ORDINALITY AS i(job_type, payload, queue, priority, max_attempts, run_at,
-                          delay_seconds, dedupe_key, ord)
+                          delay_seconds, dedupe_key, expires_at, ttl_seconds, ord)
 ORDER BY i.ord
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running')
 DO NOTHING
@@ -330,7 +356,7 @@ RETURNING j.id
 SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, run_at,
        created_at, queue, priority, claimed_at, lease_expires_at,
        lease_token::text AS lease_token, last_error, errors::text AS errors, dedupe_key,
-       finished_at, updated_at, lost_claims, started_at, cancel_requested_at
+       finished_at, updated_at, lost_claims, started_at, cancel_requested_at, expires_at
 FROM jobs
 WHERE id = :id::bigint
 
