@@ -72,14 +72,12 @@ def _purge(session: Any, settings: Settings) -> int:
         purged += deleted
         if deleted < settings.purge_batch_size:
             break
-    for status in ("failed", "cancelled"):
-        for _ in range(settings.purge_max_batches):
-            deleted = store.purge_finished_batch(
-                session, status=status, older_than_seconds=settings.failed_retention_seconds,
-                limit=settings.purge_batch_size)
-            purged += deleted
-            if deleted < settings.purge_batch_size:
-                break
+    for _ in range(settings.purge_max_batches):
+        deleted = store.purge_dead(session, retention_seconds=settings.failed_retention_seconds,
+                                   limit=settings.purge_batch_size)
+        purged += deleted
+        if deleted < settings.purge_batch_size:
+            break
     return purged
 
 

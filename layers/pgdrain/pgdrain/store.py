@@ -198,6 +198,12 @@ def expired_leases(session: Session, *, limit: int) -> list[ExpiredLease]:
     return [ExpiredLease(**row) for row in session.rows("janitor_select_expired", limit=limit)]
 
 
+def purge_dead(session: Session, *, retention_seconds: float, limit: int) -> int:
+    """Delete up to ``limit`` failed and ``limit`` cancelled jobs older than the retention."""
+    row = session.one("job_purge_dead_batch", retention_seconds=retention_seconds, limit=limit)
+    return row["purged"] if row else 0
+
+
 def expire_pending(session: Session, *, limit: int) -> list[dict[str, Any]]:
     """End up to ``limit`` pending jobs past their ``expires_at``: failed, error ``expired``.
     ``{"id", "job_type", "queue"}`` of each."""

@@ -445,6 +445,35 @@ FULL JOIN failed AS f USING (queue, job_type)
 FULL JOIN done AS d USING (queue, job_type)
 ORDER BY queue, job_type
 
+-- name: job_purge_dead_batch
+-- Delete up to :limit failed and up to :limit cancelled jobs that ended more than
+-- :retention_seconds ago (PGDRAIN_FAILED_RETENTION_SECONDS), and count them: the janitor's
+-- purge of the dead letter. The statuses are literals, so that even a generic plan (the drain
+-- prepares its statements) reads each through its partial index; a row ended by plain SQL
+-- without finished_at counts from its last update.
+WITH purged AS (
+    DELETE FROM jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM jobs
+        WHERE status = 'failed'
+          AND coalesce(finished_at, updated_at)
+              < now() - make_interval(secs => :retention_seconds::float8)
+        ORDER BY coalesce(finished_at, updated_at)
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ) || ARRAY(
+        SELECT id FROM jobs
+        WHERE status = 'cancelled'
+          AND coalesce(finished_at, updated_at)
+              < now() - make_interval(secs => :retention_seconds::float8)
+        ORDER BY coalesce(finished_at, updated_at)
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING 1
+)
+SELECT count(*)::int AS purged FROM purged
+
 -- name: job_purge_done_batch
 -- Delete up to :limit done jobs that finished more than :retention_seconds ago and count them.
 -- Bounded so a large backlog of history is cleared over several drains instead of in one long
