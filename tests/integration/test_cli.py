@@ -100,16 +100,18 @@ def test_stats_per_queue_and_type(database_url, conn, sql):
     assert (rows["images", "quick"]["done_last_minute"],
             rows["images", "quick"]["done_last_hour"]) == (1, 1)
     assert found["totals"]["due"] == 3 and found["totals"]["failed"] == 1
+    assert found["totals"]["cancelled"] == 0
     assert found["drains_running"] == 0
 
     table = pgdrain_cli(database_url, "stats")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["QUEUE", "TYPE", "DUE", "SCHEDULED", "RUNNING", "FAILED",
-                                "OLDEST", "DUE", "DONE", "1M", "DONE", "1H", "FAILED", "1H"]
+                                "CANCELLED", "OLDEST", "DUE", "DONE", "1M", "DONE", "1H",
+                                "FAILED", "1H"]
     email_line = next(line for line in lines if "send-email" in line).split()
-    assert email_line[:6] == ["default", "send-email", "3", "0", "0", "0"]
-    assert email_line[6] == "1m"  # the oldest due job has waited a minute and a half
+    assert email_line[:7] == ["default", "send-email", "3", "0", "0", "0", "0"]
+    assert email_line[7] == "1m"  # the oldest due job has waited a minute and a half
     assert any(line.startswith("(all)") for line in lines)
     assert lines[-1] == "drains running: 0"
 
@@ -464,6 +466,13 @@ def test_a_run_at_of_minus_infinity_is_a_very_old_due_job(database_url, sql):
     found = json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)
     [row] = found["queues"]
     assert row["due"] == 1 and row["oldest_due_seconds"] > 6e10
+
+
+def test_stats_counts_cancelled_jobs(database_url, conn):
+    ident = pgdrain.enqueue(conn, "send-email", queue="mail").id
+    pgdrain.cancel(conn, [ident])
+    [row] = json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)["queues"]
+    assert (row["queue"], row["cancelled"], row["due"]) == ("mail", 1, 0)
 
 
 def test_cancel_says_what_happened_to_each_job(database_url, conn):

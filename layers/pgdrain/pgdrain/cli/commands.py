@@ -13,12 +13,13 @@ from .output import Column
 
 STATS_COLUMNS: Sequence[Column] = (
     ("queue", "QUEUE"), ("job_type", "TYPE"), ("due", "DUE"), ("scheduled", "SCHEDULED"),
-    ("running", "RUNNING"), ("failed", "FAILED"), ("oldest_due", "OLDEST DUE"),
+    ("running", "RUNNING"), ("failed", "FAILED"), ("cancelled", "CANCELLED"),
+    ("oldest_due", "OLDEST DUE"),
     ("done_last_minute", "DONE 1M"), ("done_last_hour", "DONE 1H"),
     ("failed_last_hour", "FAILED 1H"),
 )
-COUNTED = ("due", "scheduled", "running", "failed", "done_last_minute", "done_last_hour",
-           "failed_last_minute", "failed_last_hour")
+COUNTED = ("due", "scheduled", "running", "failed", "cancelled", "done_last_minute",
+           "done_last_hour", "failed_last_minute", "failed_last_hour")
 LIST_COLUMNS: Sequence[Column] = (
     ("id", "ID"), ("job_type", "TYPE"), ("queue", "QUEUE"), ("status", "STATUS"),
     ("tries", "ATTEMPTS"), ("run_at", "RUN AT (UTC)"), ("updated_at", "UPDATED (UTC)"),

@@ -392,9 +392,9 @@ WHERE status = 'pending' AND run_at <= now()
 
 -- name: job_overview_by_queue_type
 -- What an operator asks first, per queue and job type: due, scheduled (pending, not yet due),
--- running and failed jobs, how long the oldest due job has waited, and what finished in the
--- last minute and hour. Each part reads one status through its partial index (done and failed
--- by finished_at), never the whole history.
+-- running, failed and cancelled jobs, how long the oldest due job has waited, and what
+-- finished in the last minute and hour. Each part reads one status through its partial index
+-- (done, failed and cancelled by finished_at), never the whole history.
 WITH pending AS (
     SELECT queue, job_type,
            count(*) FILTER (WHERE run_at <= now()) AS due,
@@ -416,6 +416,11 @@ WITH pending AS (
     FROM jobs
     WHERE status = 'failed'
     GROUP BY queue, job_type
+), cancelled AS (
+    SELECT queue, job_type, count(*) AS cancelled
+    FROM jobs
+    WHERE status = 'cancelled'
+    GROUP BY queue, job_type
 ), done AS (
     SELECT queue, job_type,
            count(*) FILTER (WHERE finished_at > now() - interval '1 minute')
@@ -430,6 +435,7 @@ SELECT queue, job_type,
        coalesce(p.scheduled, 0)::bigint AS scheduled,
        coalesce(r.running, 0)::bigint AS running,
        coalesce(f.failed, 0)::bigint AS failed,
+       coalesce(c.cancelled, 0)::bigint AS cancelled,
        -- 0 when none is due; a run_at of -infinity (plain SQL allows it) counts from year 1,
        -- so the age stays a number.
        coalesce(EXTRACT(EPOCH FROM now() - CASE
@@ -442,6 +448,7 @@ SELECT queue, job_type,
 FROM pending AS p
 FULL JOIN running AS r USING (queue, job_type)
 FULL JOIN failed AS f USING (queue, job_type)
+FULL JOIN cancelled AS c USING (queue, job_type)
 FULL JOIN done AS d USING (queue, job_type)
 ORDER BY queue, job_type
 
