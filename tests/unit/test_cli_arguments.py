@@ -77,3 +77,9 @@ def test_top_sums_types_per_queue_with_rates_over_the_minute():
                        max_drains=4, now=datetime(2026, 12, 1, tzinfo=UTC))
     assert "drains running: 1 of 4 slots" in screen
     assert screen.splitlines()[-1].split() == ["0", "42", "5s", "active"]
+
+
+def test_a_record_keeps_a_tracebacks_lines_and_escapes_the_rest():
+    text = output.record({"id": 7, "last_error": "boom\nTraceback: line 2\x1b[2J"})
+    assert text.splitlines() == ["id          7", "last_error  boom",
+                                 "            Traceback: line 2\\x1b[2J"]

@@ -75,13 +75,16 @@ def age(seconds: float | None) -> str:
 
 
 def record(fields: Mapping[str, Any]) -> str:
-    """One job's fields, one per line (``pgdrain show``); JSON values pretty-printed."""
+    """One job's fields, one per line (``pgdrain show``); JSON values pretty-printed, and a
+    text of several lines (a traceback in last_error) kept on its lines, indented."""
     width = max(len(k) for k in fields)
     lines = []
     for key, value in fields.items():
         if isinstance(value, dict | list):
-            text = to_json(value).replace("\n", "\n" + " " * (width + 2))
+            text = to_json(value)
+        elif isinstance(value, str):
+            text = "\n".join(cell(line) for line in value.split("\n"))
         else:
             text = cell(value)
-        lines.append(f"{key.ljust(width)}  {text}")
+        lines.append(f"{key.ljust(width)}  " + text.replace("\n", "\n" + " " * (width + 2)))
     return "\n".join(lines)
