@@ -581,3 +581,19 @@ def test_expired_jobs_are_counted_and_never_run(load_function, conn, sql, capsys
     [emf] = [r for r in lines if "_aws" in r]
     assert (emf["JobsExpired"], emf["JobsFailed"]) == ([1.0], [1.0])
     assert pgdrain.get_job(conn, ident)["last_error"] == "expired"
+
+
+def test_a_paused_queue_waits_and_the_metric_says_so(load_function, conn, capsys):
+    held = pgdrain.enqueue(conn, "test-noop", queue="emails").id
+    ran = pgdrain.enqueue(conn, "test-noop").id
+    pgdrain.pause(conn, "emails")
+    app = load_function("drain")
+    capsys.readouterr()
+    summary = app.lambda_handler(load_event("drain_schedule.json"), LambdaContext())
+    assert (summary["claimed"], summary["done"]) == (1, 1)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    [emf] = [r for r in lines if "_aws" in r]
+    assert (emf["QueuesPaused"], emf["Backlog"]) == ([1.0], [1.0])
+    assert (pgdrain.get_job(conn, held)["status"], pgdrain.get_job(conn, ran)["status"]) == (
+        "pending", "done")

@@ -254,6 +254,30 @@ def test_cancel_route(app, conn):
     assert call(app, event)[0] == 404
 
 
+def test_pause_and_resume_routes(app, conn):
+    pgdrain.enqueue(conn, "test-noop", queue="emails")
+    status, body, _ = call(app, load_event("queue_pause.json"))
+    assert (status, body["queue"], body["paused"]) == (200, "emails", True)
+    assert body["paused_at"].endswith("+00:00")
+    assert pgdrain.claim(conn, batch_size=10, lease_seconds=60) == []
+    # Still accepting jobs.
+    status, _, _ = call(app, {**load_event("enqueue_single.json"),
+                              "body": json.dumps({"job_type": "test-noop", "queue": "emails"})})
+    assert status == 201
+    status, body, _ = call(app, load_event("queue_resume.json"))
+    assert (status, body) == (200, {"queue": "emails", "paused": False, "paused_at": None})
+    assert len(pgdrain.claim(conn, batch_size=10, lease_seconds=60)) == 2
+
+
+def test_pausing_an_unknown_queue_is_a_404_and_changes_nothing(app, conn, sql):
+    event = load_event("queue_pause.json")
+    event["path"], event["pathParameters"] = "/queues/emials/pause", {"queue": "emials"}
+    status, body, _ = call(app, event)
+    assert status == 404
+    assert body["error"].startswith("no queue 'emials': no job names it")
+    assert sql("SELECT count(*) AS n FROM pgdrain_queues") == [{"n": 0}]
+
+
 def test_retry_of_a_job_whose_dedupe_key_is_live_again(app, conn):
     job_id = pgdrain.enqueue(conn, "test-noop", max_attempts=1, dedupe_key="k").id
     [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
@@ -316,7 +340,8 @@ def test_a_database_failure_answers_a_short_503_with_the_request_id(load_functio
 
 def test_sam_event_files_are_complete_proxy_events():
     for name in ("enqueue_single.json", "enqueue_batch.json", "enqueue_invalid.json",
-                 "job_get.json", "job_retry.json", "job_cancel.json", "drain_api.json"):
+                 "job_get.json", "job_retry.json", "job_cancel.json", "drain_api.json",
+                 "queue_pause.json", "queue_resume.json"):
         event = load_event(name)
         assert {"resource", "path", "httpMethod", "headers", "requestContext", "body",
                 "isBase64Encoded"} <= set(event), name

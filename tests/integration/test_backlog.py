@@ -54,7 +54,9 @@ def test_backlog_reads_stay_small_however_much_history_is_kept(conn, sql):
     sql("VACUUM ANALYZE jobs")
     backlog = _plan(sql, "job_backlog", cap=10_000)
     stats = _plan(sql, "job_stats_by_status")
-    assert not [n for n in _nodes(backlog) if n["Node Type"] == "Seq Scan"], backlog
+    # pgdrain_queues (a row per queue set at run time) may be scanned; jobs never.
+    assert not [n for n in _nodes(backlog) if n["Node Type"] == "Seq Scan"
+                and n.get("Relation Name") == "jobs"], backlog
     # Fifty thousand done rows fill a few hundred pages; the backlog reads a handful.
     assert _buffers(stats) > 300
     assert _buffers(backlog) < 40, _buffers(backlog)

@@ -492,3 +492,30 @@ def test_cancel_says_what_happened_to_each_job(database_url, conn):
     assert [r["id"] for r in json.loads(listed.stdout)] == [pending]
     bad = pgdrain_cli(database_url, "cancel", "x")
     assert bad.returncode == 2 and "a job id is an integer" in bad.stderr
+
+
+def test_pause_and_resume_a_queue(database_url, conn):
+    pgdrain.enqueue(conn, "send-email", queue="emails")
+    result = pgdrain_cli(database_url, "pause", "emails")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("queue 'emails' is paused (since ")
+    assert pgdrain.claim(conn, batch_size=10, lease_seconds=60) == []
+    stats = pgdrain_cli(database_url, "stats")
+    assert "queue 'emails' is PAUSED (for " in stats.stdout
+    data = json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)
+    assert data["paused_queues"] == ["emails"]
+    assert [r["paused"] for r in data["queues"]] == [True]
+    resumed = pgdrain_cli(database_url, "resume", "emails", "--json")
+    assert json.loads(resumed.stdout) == {"queue": "emails", "paused": False, "paused_at": None}
+    assert len(pgdrain.claim(conn, batch_size=10, lease_seconds=60)) == 1
+
+
+def test_pausing_an_unknown_queue_exits_2_unless_it_is_said_to_be_new(database_url, sql):
+    typo = pgdrain_cli(database_url, "pause", "emials")
+    assert typo.returncode == 2
+    assert "pgdrain pause: no queue 'emials': no job names it" in typo.stderr
+    assert sql("SELECT count(*) AS n FROM pgdrain_queues") == [{"n": 0}]
+    assert pgdrain_cli(database_url, "resume", "emials").returncode == 2
+    assert pgdrain_cli(database_url, "pause", "emials", "--new").returncode == 0
+    bad = pgdrain_cli(database_url, "pause", "a\tb")
+    assert bad.returncode == 2 and "without control characters" in bad.stderr

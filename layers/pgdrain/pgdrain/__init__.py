@@ -11,6 +11,7 @@ The core (this package) needs pg8000 only. ``pgdrain.http`` holds the enqueue AP
 
 from __future__ import annotations
 
+from .control import pause, paused_queues, resume
 from .enqueue import enqueue, enqueue_atomically, enqueue_many, new_job
 from .errors import (
     ConfigError,
@@ -26,6 +27,7 @@ from .errors import (
     PgdrainError,
     QueryFailed,
     Snooze,
+    UnknownQueue,
 )
 from .janitor import run_janitor
 from .models import (
@@ -97,6 +99,7 @@ __all__ = [
     "Snooze",
     "Status",
     "TypePolicy",
+    "UnknownQueue",
     "Written",
     "backlog",
     "cancel",
@@ -111,9 +114,12 @@ __all__ = [
     "job",
     "load_job_modules",
     "new_job",
+    "pause",
+    "paused_queues",
     "record_failure",
     "release",
     "requeue_failed",
+    "resume",
     "retry",
     "run_janitor",
     "stats",

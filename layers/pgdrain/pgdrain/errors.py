@@ -30,6 +30,10 @@ class InvalidJobId(PgdrainError, ValueError):
     """A job id that cannot name a job: not an integer from 1 to 2**63 - 1."""
 
 
+class UnknownQueue(PgdrainError, LookupError):
+    """A queue no job names and nobody set before: probably a typo. Nothing changed."""
+
+
 class MigrationError(PgdrainError):
     """The database schema could not be brought up to date."""
 

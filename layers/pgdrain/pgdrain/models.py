@@ -256,6 +256,8 @@ class Backlog:
 
     due: int = 0
     oldest_due_seconds: float = 0.0
+    queues_paused: int = 0
+    """Queues paused now (``pgdrain pause``): their due jobs are in ``due`` but wait."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -311,7 +311,8 @@ def backlog(conn: Any, *, cap: int = BACKLOG_CAP) -> Backlog:
     index: a bounded read whatever the size of the finished history."""
     row = as_session(conn).one("job_backlog", cap=cap)
     assert row is not None
-    return Backlog(due=row["due"], oldest_due_seconds=row["oldest_due_seconds"])
+    return Backlog(due=row["due"], oldest_due_seconds=row["oldest_due_seconds"],
+                   queues_paused=row["queues_paused"])
 
 
 def stats(conn: Any) -> QueueStats:
@@ -385,6 +386,33 @@ def cancel(conn: Any, ids: Sequence[int]) -> dict[int, str]:
         return {}
     found = {r["id"]: r["outcome"] for r in as_session(conn).rows("job_cancel", ids=wanted)}
     return {i: found.get(i, "not_found") for i in wanted}
+
+
+# --- queues set at run time (see pgdrain.control) -------------------------------------------
+
+
+def queue_known(conn: Any, queue: str) -> bool:
+    """Whether ``queue`` was set before or a job names it (may read the whole table)."""
+    return bool(as_session(conn).rows("queue_known", queue=queue)[0]["known"])
+
+
+def pause_queue(conn: Any, queue: str) -> dict[str, Any]:
+    """Pause ``queue``: ``{"queue", "paused_at"}`` (the first pause's time when it was paused
+    already)."""
+    row = as_session(conn).one("queue_pause", queue=queue)
+    assert row is not None
+    return row
+
+
+def resume_queue(conn: Any, queue: str) -> dict[str, Any]:
+    """Resume ``queue``: ``{"queue", "paused_at": None}``."""
+    return as_session(conn).one("queue_resume", queue=queue) or {"queue": queue,
+                                                                  "paused_at": None}
+
+
+def queue_states(conn: Any) -> list[dict[str, Any]]:
+    """Every queue set at run time: ``queue``, ``paused_at``, ``paused_seconds``."""
+    return as_session(conn).rows("queue_states")
 
 
 # --- drain slots and the backlog -----------------------------------------------------------

@@ -122,3 +122,5 @@ class DrainObserver:
             return
         add("Backlog", MetricUnit.Count, backlog.due)
         add("OldestDueAge", MetricUnit.Seconds, backlog.oldest_due_seconds)
+        # A paused queue's backlog grows on purpose: this says why, beside the Backlog alarm.
+        add("QueuesPaused", MetricUnit.Count, backlog.queues_paused)

@@ -1,7 +1,7 @@
 """The pgdrain command: operate the queue from a shell.
 
-``migrate``, ``stats``, ``list``, ``show``, ``requeue``, ``purge``, ``cancel``, ``janitor`` and
-``top``;
+``migrate``, ``stats``, ``list``, ``show``, ``requeue``, ``purge``, ``cancel``, ``pause``,
+``resume``, ``janitor`` and ``top``;
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
 Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
@@ -62,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "cancel jobs: a pending one never runs, a running one is asked "
                                "to stop; exits 1 if one could not be")
     cancel.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
+    pause = command("pause", "stop drains from claiming a queue's jobs (it still accepts "
+                             "jobs; running ones finish)")
+    pause.add_argument("queue", type=arguments.name, metavar="QUEUE")
+    pause.add_argument("--new", action="store_true",
+                       help="pause a queue no job names yet (otherwise refused as a typo)")
+    resume = command("resume", "let drains claim a paused queue's jobs again")
+    resume.add_argument("queue", type=arguments.name, metavar="QUEUE")
     command("janitor", "reclaim expired leases and purge old finished jobs now")
     top = commands.add_parser("top", help="the queue live: depth, age, rates, drains (Ctrl-C "
                                           "quits)")
@@ -127,9 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _is_usage(exc: PgdrainError) -> bool:
     """Settings the operator gave are wrong (exit 2), not the database or the network (1)."""
-    from ..errors import ConfigError
+    from ..errors import ConfigError, InvalidJobError, UnknownQueue
 
-    return isinstance(exc, ConfigError)
+    return isinstance(exc, ConfigError | InvalidJobError | UnknownQueue)
 
 
 def _describe(exc: Exception) -> str:

@@ -44,9 +44,11 @@ def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     totals["oldest_due_seconds"] = max((float(r["oldest_due_seconds"]) for r in rows),
                                        default=0.0)
     drains = store.drains_running(conn)
+    paused = {r["queue"]: r for r in store.queue_states(conn) if r["paused_at"] is not None}
+    rows = [{**r, "paused": r["queue"] in paused} for r in rows]
     if args.json:
-        print(output.to_json({"queues": rows, "totals": totals, "drains_running": drains}),
-              file=out)
+        print(output.to_json({"queues": rows, "totals": totals, "drains_running": drains,
+                              "paused_queues": sorted(paused)}), file=out)
         return 0
     if not rows:
         print("no jobs", file=out)
@@ -57,6 +59,9 @@ def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
                           **totals, "oldest_due": output.age(totals["oldest_due_seconds"])})
         print(output.table(shown, STATS_COLUMNS), file=out)
     print(f"\ndrains running: {drains}", file=out)
+    for queue, state in paused.items():
+        print(f"queue {queue!r} is PAUSED (for {output.age(state['paused_seconds'])}; "
+              f"`pgdrain resume {queue}`)", file=out)
     return 0
 
 
@@ -139,6 +144,28 @@ _CANCEL_WORDS = {"cancelled": "cancelled: it will not run",
                  "cancel_requested": "running: asked to stop (its attempt ends cancelled)"}
 
 
+def pause(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from ..control import pause as pause_queue
+
+    state = pause_queue(conn, args.queue, new=args.new)
+    if args.json:
+        print(output.to_json(state), file=out)
+    else:
+        print(f"queue {args.queue!r} is paused (since {output.cell(state['paused_at'])} UTC): "
+              "no drain claims its jobs; it still accepts them, and running ones finish",
+              file=out)
+    return 0
+
+
+def resume(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from ..control import resume as resume_queue
+
+    state = resume_queue(conn, args.queue)
+    print(output.to_json(state) if args.json else
+          f"queue {args.queue!r} runs: drains claim its jobs", file=out)
+    return 0
+
+
 def janitor(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     from ..janitor import run_janitor
     from ..settings import Settings
@@ -158,5 +185,5 @@ def output_errors(out: TextIO) -> TextIO:
 
 COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], int]] = {
     "migrate": migrate, "stats": stats, "list": list_jobs, "show": show, "requeue": requeue,
-    "purge": purge, "janitor": janitor, "cancel": cancel,
+    "purge": purge, "janitor": janitor, "cancel": cancel, "pause": pause, "resume": resume,
 }

@@ -30,6 +30,7 @@ from ..models import (
     JOB_OPTION_NAMES,
     MAX_DELAY_SECONDS,
     MAX_JOB_ID,
+    MAX_TEXT,
     NO_NUL,
     SMALLINT,
     Status,
@@ -448,6 +449,9 @@ def _paths() -> dict[str, Any]:
         item = paths.setdefault(route.path, {})
         if "{id}" in route.path:
             item["parameters"] = [{"$ref": "#/components/parameters/JobId"}]
+        if "{queue}" in route.path:
+            operation["tags"] = ["queues"]
+            item["parameters"] = [_QUEUE_PARAMETER]
         item[route.method.lower()] = operation
     paths["/drain"] = {"post": _DRAIN_NOW}
     return paths
@@ -482,6 +486,20 @@ _DRAIN_NOW: dict[str, Any] = {
 }
 
 
+_QUEUE_PARAMETER: dict[str, Any] = {
+    "name": "queue", "in": "path", "required": True,
+    "description": "A queue's name (the jobs' `queue`).",
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT}}
+_QUEUE_STATE = {"description": "The queue's state.", "content": {"application/json": {
+    "schema": {"type": "object", "required": ["queue", "paused", "paused_at"],
+               "properties": {"queue": {"type": "string"}, "paused": {"type": "boolean"},
+                              "paused_at": {"anyOf": [_DATE_TIME, {"type": "null"}],
+                                            "description": "Since when it is paused."}}}}}}
+_QUEUE_REFUSALS = {
+    "404": _error("No job names this queue and it was never paused (a typo?). To pause a "
+                  "queue before its first job: `pgdrain pause QUEUE --new`."),
+    "422": _ref_response("Unprocessable"),
+}
 _ENQUEUED = {"application/json": {"schema": {"$ref": _REF + "EnqueueResult"}}}
 # What each operation takes and answers, beyond what every one answers (500, 503, 403, 429).
 _OPERATIONS: dict[str, dict[str, Any]] = {
@@ -529,6 +547,18 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
             "404": _ref_response("NotFound"),
             "409": _ref_response("Conflict"),
         },
+    },
+    "pauseQueue": {
+        "description": "No claim that starts after this answer takes the queue's jobs; the "
+                       "queue still accepts jobs and those running finish. Pausing a paused "
+                       "queue keeps its first `paused_at`. The state lives in the database: "
+                       "every drain obeys it.",
+        "responses": {"200": _QUEUE_STATE, **_QUEUE_REFUSALS},
+    },
+    "resumeQueue": {
+        "description": "Drains claim the queue's jobs again (a queue that was not paused "
+                       "stays as it is).",
+        "responses": {"200": _QUEUE_STATE, **_QUEUE_REFUSALS},
     },
 }
 

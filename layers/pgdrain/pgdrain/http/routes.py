@@ -40,6 +40,10 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/jobs/{id}/cancel", "cancelJob",
           "Cancel a job: pending, it never runs; running, its attempt ends cancelled",
           "enqueue"),
+    Route("POST", "/queues/{queue}/pause", "pauseQueue",
+          "Pause a queue: no drain claims its jobs; it still accepts them", "enqueue"),
+    Route("POST", "/queues/{queue}/resume", "resumeQueue",
+          "Resume a paused queue: drains claim its jobs again", "enqueue"),
     Route("POST", "/drain", "drainNow", "Start a drain now (the drain function)", "drain"),
 )
 

@@ -20,8 +20,10 @@ from ..errors import (
     DatabaseTimeout,
     DatabaseUnavailable,
     DedupeContention,
+    InvalidJobError,
     InvalidJobId,
     QueryFailed,
+    UnknownQueue,
 )
 from ..registry import Registry
 from .requests import ApiError, Limits, parse_enqueue
@@ -88,6 +90,9 @@ class EnqueueApi:
             return self.retry_job(request.path_params["id"])
         if operation_id == "cancelJob":
             return self.cancel_job(request.path_params["id"])
+        if operation_id in ("pauseQueue", "resumeQueue"):
+            return self.set_paused(request.path_params["queue"],
+                                   paused=operation_id == "pauseQueue")
         raise LookupError(f"no operation {operation_id!r} in the enqueue API")
 
     def enqueue_jobs(self, body: str | None, *, base64_encoded: bool,
@@ -153,6 +158,23 @@ class EnqueueApi:
         assert job is not None
         return Response(200, job_view(job), metrics={"JobsCancelled": 1},
                         log=LogLine("info", "cancel", {"id": ident, "outcome": outcome}))
+
+    def set_paused(self, queue: str, *, paused: bool) -> Response:
+        """``POST /queues/{queue}/pause`` and ``/resume``: 200 with the queue's state; 404 for
+        a queue no job names and never paused; 422 for a name that cannot be a queue's."""
+        from ..control import pause, resume
+
+        try:
+            state = pause(self.session(), queue) if paused else resume(self.session(), queue)
+        except UnknownQueue as exc:
+            raise ApiError(404, str(exc), {"queue": queue[:200]}) from None
+        except InvalidJobError as exc:
+            raise ApiError(422, str(exc), {"field": "queue"}) from None
+        view = {**state, "paused_at": state["paused_at"].isoformat()
+                if state["paused_at"] else None}
+        return Response(200, view, metrics={"QueuePauses" if paused else "QueueResumes": 1},
+                        log=LogLine("info", "pause" if paused else "resume",
+                                    {"queue": queue}))
 
 
 def job_id(raw: str) -> int:

@@ -130,7 +130,8 @@ SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
 -- the claim's index only, whatever the size of the finished history: the distinct priorities
 -- of pending jobs are found by skipping through the index, then each priority's first
 -- run_at and its due jobs are one index range each. What the drain's metrics need, at a
--- bounded cost per invocation.
+-- bounded cost per invocation; also how many queues are paused (their jobs are counted: a
+-- paused queue's backlog is still a backlog).
 WITH RECURSIVE priorities AS (
     (SELECT priority FROM jobs WHERE status = 'pending' ORDER BY priority LIMIT 1)
     UNION ALL
@@ -158,7 +159,8 @@ SELECT least(COALESCE(sum(n), 0), :cap::int)::bigint AS due,
        COALESCE(EXTRACT(EPOCH FROM now() - CASE
            WHEN min(first_run_at) = '-infinity' THEN timestamptz '0001-01-01 00:00:00+00'
            ELSE min(first_run_at) FILTER (WHERE first_run_at <= now()) END), 0)::float8
-           AS oldest_due_seconds
+           AS oldest_due_seconds,
+       (SELECT count(*) FROM pgdrain_queues WHERE paused_at IS NOT NULL)::int AS queues_paused
 FROM per_priority
 
 -- name: job_cancel
@@ -208,6 +210,8 @@ WITH alone AS MATERIALIZED (
       AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
+      AND queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                              WHERE q.paused_at IS NOT NULL))
     ORDER BY priority, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -235,7 +239,7 @@ RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attemp
 -- job: a row inserted by plain SQL that the driver cannot decode (a 5,000-digit number, an
 -- array nested 3,000 deep) fails alone instead of the whole batch. A job whose claim was lost
 -- before is left to job_claim_alone; one past its expires_at is never claimed (the janitor
--- ends it: janitor_expire_batch).
+-- ends it: janitor_expire_batch), nor one of a paused queue (pgdrain_queues, read once).
 WITH due AS MATERIALIZED (
     SELECT id
     FROM jobs
@@ -244,6 +248,8 @@ WITH due AS MATERIALIZED (
       AND lost_claims = 0
       AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
+      AND queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                              WHERE q.paused_at IS NOT NULL))
     ORDER BY priority, run_at, id
     LIMIT :batch_size::int
     FOR UPDATE SKIP LOCKED
@@ -558,7 +564,8 @@ ORDER BY queue, status
 
 -- name: jobs_due_count
 -- Due jobs, counted up to :limit through jobs_pending_idx: a bounded index scan, never a
--- count of the table. Fan-out and continuation only need to know "more than n".
+-- count of the table. Fan-out and continuation only need to know "more than n". A paused
+-- queue's jobs are not counted: no drain could claim them.
 SELECT count(*)::int AS due
 FROM (
     SELECT 1
@@ -566,6 +573,8 @@ FROM (
     WHERE status = 'pending'
       AND run_at <= now()
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
+      AND queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                              WHERE q.paused_at IS NOT NULL))
     LIMIT :limit::int
 ) AS due
 
@@ -614,6 +623,35 @@ INSERT INTO pgdrain_migrations (version, name) VALUES (:version::int, :name::tex
 -- name: migration_table_exists
 -- Whether the record of applied migrations exists yet.
 SELECT to_regclass('pgdrain_migrations') IS NOT NULL AS present
+
+-- name: queue_known
+-- Whether :queue is a queue: one set before (pgdrain_queues) or one a job names. A queue no job
+-- names is read through the whole table (there is no index by queue): for operators only.
+SELECT EXISTS (SELECT 1 FROM pgdrain_queues WHERE queue = :queue::text)
+       OR EXISTS (SELECT 1 FROM jobs WHERE queue = :queue::text) AS known
+
+-- name: queue_pause
+-- Pause :queue: a claim that starts after this commits takes none of its jobs. Pausing a paused
+-- queue keeps the first paused_at. Returns the queue's state.
+INSERT INTO pgdrain_queues AS q (queue, paused_at, updated_at)
+VALUES (:queue::text, now(), now())
+ON CONFLICT (queue) DO UPDATE
+SET paused_at = coalesce(q.paused_at, now()), updated_at = now()
+RETURNING q.queue, q.paused_at
+
+-- name: queue_resume
+-- Resume :queue: claims take its jobs again. Returns the queue's state (no row: it had never
+-- been set, so it was not paused).
+UPDATE pgdrain_queues
+SET paused_at = NULL, updated_at = now()
+WHERE queue = :queue::text
+RETURNING queue, paused_at
+
+-- name: queue_states
+-- Every queue set at run time, with when it was paused (NULL: it runs).
+SELECT queue, paused_at, EXTRACT(EPOCH FROM now() - paused_at)::float8 AS paused_seconds
+FROM pgdrain_queues
+ORDER BY queue
 
 -- name: transaction_begin
 -- Open a transaction on a connection pgdrain owns (pg8000's native API autocommits).

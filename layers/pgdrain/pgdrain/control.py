@@ -1,0 +1,63 @@
+"""Operators' controls on a queue, kept in the database so that every drain obeys them at
+once: pause and resume (``pgdrain pause``/``resume``, ``POST /queues/{queue}/pause``).
+
+A paused queue keeps accepting jobs; no claim that starts after the pause commits takes its
+jobs, and jobs already running finish. A claim already under way when the pause commits may
+still take some (its snapshot was taken before): the pause is in force for every claim that
+starts after ``pause`` returns (on a DB-API connection: after the caller commits).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import store
+from .db import as_session
+from .errors import InvalidJobError, UnknownQueue
+from .models import MAX_TEXT
+
+
+def queue_name(queue: Any) -> str:
+    """``queue`` if it can name a queue (1 to 200 characters, not blank, no NUL), else
+    InvalidJobError naming the field ``queue``."""
+    if not isinstance(queue, str) or not queue.strip():
+        raise InvalidJobError("must be a non-empty string", field="queue")
+    if len(queue) > MAX_TEXT or "\x00" in queue:
+        raise InvalidJobError(f"must be at most {MAX_TEXT} characters, without NUL",
+                              field="queue")
+    return queue
+
+
+def pause(conn: Any, queue: str, *, new: bool = False) -> dict[str, Any]:
+    """Pause ``queue``; returns ``{"queue", "paused", "paused_at"}``. A queue no job names and
+    never set before raises UnknownQueue (a typo would otherwise pause nothing), unless ``new``
+    (pause a queue before its first job)."""
+    session = as_session(conn)
+    name = queue_name(queue)
+    if not new:
+        _known(session, name)
+    row = store.pause_queue(session, name)
+    return {"queue": row["queue"], "paused": True, "paused_at": row["paused_at"]}
+
+
+def resume(conn: Any, queue: str) -> dict[str, Any]:
+    """Resume ``queue`` (a queue that is not paused stays as it is); returns
+    ``{"queue", "paused": False, "paused_at": None}``. An unknown queue raises UnknownQueue."""
+    session = as_session(conn)
+    name = queue_name(queue)
+    _known(session, name)
+    store.resume_queue(session, name)
+    return {"queue": name, "paused": False, "paused_at": None}
+
+
+def paused_queues(conn: Any) -> dict[str, Any]:
+    """The paused queues, by name: when each was paused (an aware datetime)."""
+    return {r["queue"]: r["paused_at"] for r in store.queue_states(conn)
+            if r["paused_at"] is not None}
+
+
+def _known(session: Any, queue: str) -> None:
+    if not store.queue_known(session, queue):
+        raise UnknownQueue(f"no queue {queue!r}: no job names it and it was never paused "
+                           "(a typo?); to pause a queue before its first job: pgdrain.pause(conn, "
+                           "queue, new=True) or `pgdrain pause QUEUE --new`")
