@@ -519,3 +519,24 @@ def test_pausing_an_unknown_queue_exits_2_unless_it_is_said_to_be_new(database_u
     assert pgdrain_cli(database_url, "pause", "emials", "--new").returncode == 0
     bad = pgdrain_cli(database_url, "pause", "a\tb")
     assert bad.returncode == 2 and "without control characters" in bad.stderr
+
+
+def test_schedules_lists_declared_entries_with_their_next_run_and_removed_ones(database_url,
+                                                                              conn):
+    conn.run("INSERT INTO pgdrain_schedules (name, last_tick, last_job_id) "
+             "VALUES ('renamed-away', now() - interval '1 day', 7)")
+    env = {**_env(database_url), "PGDRAIN_JOBS": "tests.support.scheduled_jobs"}
+    result = subprocess.run([sys.executable, "-m", "pgdrain", "schedules", "--json"], env=env,
+                            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert set(rows) == {"nightly-report", "quarter-hour-report", "renamed-away"}
+    nightly = rows["nightly-report"]
+    assert (nightly["cron"], nightly["tz"], nightly["queue"]) == ("0 3 * * *", "Europe/Paris",
+                                                                  "default")
+    assert nightly["next_run"].endswith("+00:00") and nightly["last_tick"] is None
+    assert rows["quarter-hour-report"]["queue"] == "reports"
+    assert rows["renamed-away"]["declared"] is False
+    table = subprocess.run([sys.executable, "-m", "pgdrain", "schedules"], env=env, cwd=REPO,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert "(removed: stopped)" in table.stdout and "quarter-hour-report" in table.stdout

@@ -96,6 +96,10 @@ class FakeStore:
         self._step("vacuum_if_due")
         return False
 
+    def enqueue_scheduled(self, registry: Any) -> int:
+        self._step("enqueue_scheduled")
+        return 0
+
     def claim(self, *, batch_size: int, lease_seconds: float,
               queues: Sequence[str] | None) -> list[Job]:
         self._step("claim")

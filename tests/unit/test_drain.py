@@ -55,11 +55,12 @@ def test_janitor_then_claims_until_empty(registry):
     ids = [store.add("ok") for _ in range(25)]
     summary = run(store, registry)
     assert (summary.claimed, summary.done, summary.stopped) == (25, 25, "empty")
-    assert store.calls[:4] == ["open", "take_slot", "janitor", "vacuum_if_due"]
+    assert store.calls[:5] == ["open", "take_slot", "janitor", "vacuum_if_due",
+                               "enqueue_scheduled"]
     # The first claim takes what one slot can start; once jobs have shown their pace, fast
     # ones come in full batches (PGDRAIN_BATCH_SIZE, 10 here), each written in one
     # statement; then a last empty claim, and the drain's slot is given back.
-    assert store.calls[4:] == ["claim", "finish_many"] * 4 + ["claim", "give_back_slot"]
+    assert store.calls[5:] == ["claim", "finish_many"] * 4 + ["claim", "give_back_slot"]
     assert [store.status(i) for i in ids] == [("done", 1)] * 25
 
 

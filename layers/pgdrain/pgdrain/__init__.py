@@ -43,7 +43,8 @@ from .models import (
     Written,
 )
 from .policy import Backoff, TypePolicy
-from .registry import REGISTRY, Handler, Registry, job, load_job_modules
+from .registry import REGISTRY, Handler, Registry, Schedule, job, load_job_modules
+from .scheduler import schedule
 from .settings import Settings
 from .store import (
     backlog,
@@ -95,6 +96,7 @@ __all__ = [
     "QueryFailed",
     "QueueStats",
     "Registry",
+    "Schedule",
     "Settings",
     "Snooze",
     "Status",
@@ -122,5 +124,6 @@ __all__ = [
     "resume",
     "retry",
     "run_janitor",
+    "schedule",
     "stats",
 ]

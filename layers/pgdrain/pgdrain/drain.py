@@ -40,6 +40,7 @@ from .models import Finish, JanitorResult, Job, Outcome, Written
 from .policy import Backoff, Fail, Retry, Wait, after_failure, decide
 from .registry import Handler, Registry
 from .runner import DURATIONS, Runner, Task, runner
+from .scheduler import enqueue_due
 from .settings import Settings
 from .timeouts import TimeLimits
 
@@ -89,6 +90,8 @@ class DrainSummary:
     purged: int = 0
     expired: int = 0
     """Pending jobs the janitor ended failed because their expires_at passed unstarted."""
+    scheduled: int = 0
+    """Jobs this drain enqueued for periodic schedules whose tick was due."""
     vacuumed: int = 0
     """1 if this drain vacuumed the jobs table (PGDRAIN_VACUUM_DEAD_TUPLES)."""
     abandoned: int = 0
@@ -142,6 +145,9 @@ class DrainStore(Protocol):
     def janitor(self, settings: Settings, registry: Registry) -> JanitorResult: ...
 
     def vacuum_if_due(self, settings: Settings) -> bool: ...
+
+    def enqueue_scheduled(self, registry: Registry) -> int:
+        """Enqueue the due ticks of the registry's schedules; how many jobs were created."""
 
     def claim(self, *, batch_size: int, lease_seconds: float,
               queues: Sequence[str] | None) -> list[Job]: ...
@@ -203,6 +209,9 @@ class PostgresStore:
 
     def vacuum_if_due(self, settings: Settings) -> bool:
         return vacuum_if_due(self.session(), settings)
+
+    def enqueue_scheduled(self, registry: Registry) -> int:
+        return enqueue_due(self.session(), registry)
 
     def claim(self, *, batch_size: int, lease_seconds: float,
               queues: Sequence[str] | None) -> list[Job]:
@@ -369,6 +378,7 @@ class _Drain:
         self.summary.purged = janitor.purged
         self.alone_due = janitor.alone_due
         self.summary.vacuumed = int(self.store.vacuum_if_due(self.settings))
+        self.summary.scheduled = self.store.enqueue_scheduled(self.registry)
 
     def _fan_out(self) -> None:
         """Start more drains when the backlog is more than this one runs at once: one per

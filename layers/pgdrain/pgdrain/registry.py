@@ -13,10 +13,13 @@ import inspect
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .policy import DEFAULT_POLICY, Backoff, BackoffFunction, TypePolicy
+
+if TYPE_CHECKING:
+    from .cron import Cron
 
 DEFAULT_JOB_MODULES = "pgdrain_jobs.examples,pgdrain_jobs.webhook"
 
@@ -43,11 +46,30 @@ class Handler:
     """An ``async def`` handler: run on the drain's event loop, concurrently with others."""
 
 
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A periodic job: at each tick of ``cron`` a job of ``job_type`` with ``payload`` and
+    ``options`` (queue, priority, max_attempts, ttl_seconds, expires_at...) is enqueued once.
+    ``name`` is its identity in the database: renamed or removed, the entry stops."""
+
+    name: str
+    cron: Cron
+    job_type: str
+    payload: dict[str, Any]
+    options: dict[str, Any]
+
+    @property
+    def queue(self) -> str:
+        return str(self.options.get("queue", "default"))
+
+
 class Registry:
-    """Maps job types to handlers; registering a type twice is an error."""
+    """Maps job types to handlers, and names to schedule entries; registering a type or a
+    schedule name twice is an error."""
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._schedules: dict[str, Schedule] = {}
 
     def register(self, handler: Handler) -> None:
         existing = self._handlers.get(handler.job_type)
@@ -55,6 +77,16 @@ class Registry:
             raise ConfigError(f"job_type {handler.job_type!r} is registered twice "
                               f"({_name(existing.func)} and {_name(handler.func)})")
         self._handlers[handler.job_type] = handler
+
+    def add_schedule(self, entry: Schedule) -> None:
+        existing = self._schedules.get(entry.name)
+        if existing is not None and existing != entry:
+            raise ConfigError(f"schedule {entry.name!r} is declared twice (give each entry "
+                              "its own name=)")
+        self._schedules[entry.name] = entry
+
+    def schedules(self) -> list[Schedule]:
+        return [self._schedules[n] for n in sorted(self._schedules)]
 
     def get(self, job_type: str) -> Handler | None:
         return self._handlers.get(job_type)
@@ -86,6 +118,8 @@ def job(
     backoff: Backoff | BackoffFunction | None = None,
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     concurrency: int | None = None,
+    cron: str | None = None,
+    tz: str | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the handler of ``job_type``.
@@ -108,6 +142,11 @@ def job(
     ``concurrency`` caps how many jobs of this type one drain runs at once (below
     ``PGDRAIN_CONCURRENCY``). An ``async def`` handler runs on the drain's event loop, many at
     once; a plain one on a worker thread.
+
+    ``cron`` (five fields, ``"0 * * * *"``; in UTC unless ``tz`` names a zone) makes the type
+    periodic: the drains enqueue one job with an empty payload at each tick (the schedule entry
+    is named after the type). For a payload, another queue or several schedules of one type,
+    use ``pgdrain.schedule`` (pgdrain.scheduler).
     """
     if not isinstance(job_type, str) or not job_type.strip():
         raise ConfigError("job_type must be a non-empty string")
@@ -127,6 +166,11 @@ def job(
 
         check_model(payload)
     policy = _policy(job_type, backoff, retry_on)
+    entry = None
+    if cron is not None:
+        entry = schedule_entry(job_type, cron, tz, job_type, None, {})
+    elif tz is not None:
+        raise ConfigError(f"{job_type}: tz= is the time zone of a cron= schedule; give cron= too")
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         # Not `registry or REGISTRY`: an empty Registry is falsy (it has a length).
@@ -137,9 +181,38 @@ def job(
                               "connection is pg8000's, which blocks); make it a plain def")
         target.register(Handler(job_type, func, max_attempts, timeout, transactional, payload,
                                 policy, concurrency, is_async))
+        if entry is not None:
+            target.add_schedule(entry)
         return func
 
     return register
+
+
+_SCHEDULED_OPTIONS = ("queue", "priority", "max_attempts", "ttl_seconds")
+
+
+def schedule_entry(name: Any, cron: str, tz: str | None, job_type: str,
+                   payload: dict[str, Any] | None, options: dict[str, Any]) -> Schedule:
+    """A schedule entry with its cron parsed and its name and option names checked, or
+    ConfigError saying what is wrong (at import). The job's fields are checked by
+    ``pgdrain.schedule`` (pgdrain.scheduler), which knows enqueue's rules."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 200 or "\x00" in name:
+        raise ConfigError(f"schedule name {name!r}: 1 to 200 characters, not blank, no NUL")
+    if not isinstance(cron, str):
+        raise ConfigError(f"{name}: cron must be a string like '0 * * * *', not {cron!r}")
+    unknown = sorted(set(options) - set(_SCHEDULED_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{name}: a schedule takes {', '.join(_SCHEDULED_OPTIONS)}, not "
+                          f"{', '.join(unknown)}")
+    from .cron import CronError, parse  # only job modules that declare schedules pay for it
+
+    try:
+        parsed = parse(cron, tz)
+    except CronError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    if payload is not None and not isinstance(payload, dict):
+        raise ConfigError(f"{name}: a schedule's payload is a dict (a JSON object)")
+    return Schedule(name, parsed, job_type, dict(payload or {}), dict(options))
 
 
 def _policy(job_type: str, backoff: Any, retry_on: Any) -> TypePolicy:

@@ -103,6 +103,7 @@ class DrainObserver:
         add("JobsFailed", MetricUnit.Count,
             summary.failed + summary.reclaimed_failed + summary.expired)
         add("JobsExpired", MetricUnit.Count, summary.expired)
+        add("JobsScheduled", MetricUnit.Count, summary.scheduled)
         # Handlers that ignored their limit and outlived the invocation; drains this one
         # started (continuation, fan-out); and a drain that found every slot taken.
         add("HandlersAbandoned", MetricUnit.Count, summary.abandoned)

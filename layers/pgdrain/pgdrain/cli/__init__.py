@@ -1,7 +1,7 @@
 """The pgdrain command: operate the queue from a shell.
 
 ``migrate``, ``stats``, ``list``, ``show``, ``requeue``, ``purge``, ``cancel``, ``pause``,
-``resume``, ``janitor`` and ``top``;
+``resume``, ``schedules``, ``janitor`` and ``top``;
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
 Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="pause a queue no job names yet (otherwise refused as a typo)")
     resume = command("resume", "let drains claim a paused queue's jobs again")
     resume.add_argument("queue", type=arguments.name, metavar="QUEUE")
+    command("schedules", "the periodic jobs the job modules (PGDRAIN_JOBS) declare: cron, "
+                         "zone, last tick and job, next run; and entries removed since")
     command("janitor", "reclaim expired leases and purge old finished jobs now")
     top = commands.add_parser("top", help="the queue live: depth, age, rates, drains (Ctrl-C "
                                           "quits)")

@@ -166,6 +166,31 @@ def resume(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+SCHEDULE_COLUMNS: Sequence[Column] = (
+    ("name", "NAME"), ("cron", "CRON"), ("tz", "TZ"), ("job_type", "TYPE"), ("queue", "QUEUE"),
+    ("last_tick", "LAST TICK (UTC)"), ("last_job_id", "LAST JOB"), ("next", "NEXT RUN (UTC)"),
+)
+
+
+def schedules(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from ..registry import REGISTRY, load_job_modules
+    from ..scheduler import schedule_view
+    from ..settings import read
+
+    load_job_modules(read("PGDRAIN_JOBS"))
+    rows = schedule_view(conn, REGISTRY)
+    if args.json:
+        print(output.to_json(rows), file=out)
+    elif not rows:
+        print("no schedules: declare them with @pgdrain.job(..., cron=...) or pgdrain.schedule "
+              "in a module of PGDRAIN_JOBS", file=out)
+    else:
+        shown = [{**r, "next": r["next_run"] if r["declared"] else "(removed: stopped)"}
+                 for r in rows]
+        print(output.table(shown, SCHEDULE_COLUMNS), file=out)
+    return 0
+
+
 def janitor(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     from ..janitor import run_janitor
     from ..settings import Settings
@@ -186,4 +211,5 @@ def output_errors(out: TextIO) -> TextIO:
 COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], int]] = {
     "migrate": migrate, "stats": stats, "list": list_jobs, "show": show, "requeue": requeue,
     "purge": purge, "janitor": janitor, "cancel": cancel, "pause": pause, "resume": resume,
+    "schedules": schedules,
 }

@@ -653,6 +653,36 @@ SELECT queue, paused_at, EXTRACT(EPOCH FROM now() - paused_at)::float8 AS paused
 FROM pgdrain_queues
 ORDER BY queue
 
+-- name: schedule_list
+-- Every schedule entry the database has seen, with the database's clock (for `pgdrain
+-- schedules`, which adds the entries the job modules declare).
+SELECT now() AS now, s.name, s.last_tick, s.last_job_id
+FROM (SELECT 1) AS clock
+LEFT JOIN pgdrain_schedules AS s ON true
+ORDER BY s.name
+
+-- name: schedule_states
+-- The database's clock, and the latest tick enqueued of each named schedule entry (none for
+-- an entry never seen). One read a drain pass, only when schedules are declared.
+SELECT now() AS now, s.name, s.last_tick, s.last_job_id
+FROM (SELECT 1) AS clock
+LEFT JOIN pgdrain_schedules AS s ON s.name = ANY(:names::text[])
+
+-- name: schedule_take_tick
+-- Take :tick of the entry :name for this transaction: move last_tick forward to it, or insert
+-- the entry's row. Returns the row only if this transaction moved it: a drain racing on the same
+-- tick waits for this one's commit, then finds last_tick already there and gets nothing.
+INSERT INTO pgdrain_schedules AS s (name, last_tick, updated_at)
+VALUES (:name::text, :tick::timestamptz, now())
+ON CONFLICT (name) DO UPDATE
+SET last_tick = EXCLUDED.last_tick, updated_at = now()
+WHERE s.last_tick < EXCLUDED.last_tick
+RETURNING s.name
+
+-- name: schedule_tick_enqueued
+-- Record the job enqueued for the entry's tick (for `pgdrain schedules`).
+UPDATE pgdrain_schedules SET last_job_id = :job_id::bigint WHERE name = :name::text
+
 -- name: transaction_begin
 -- Open a transaction on a connection pgdrain owns (pg8000's native API autocommits).
 BEGIN

@@ -1,0 +1,129 @@
+"""Periodic jobs: ``pgdrain.schedule`` declares an entry (``@pgdrain.job(..., cron=...)`` one
+per type), and at the top of every drain pass the ticks that are due are enqueued, each exactly
+once however many drains race on it.
+
+The database decides: enqueueing a tick moves the entry's ``last_tick`` forward in the same
+transaction as the job's insert (``schedule_take_tick``), and a drain that finds it moved
+enqueues nothing. Time is the database's clock. Only the latest tick due is enqueued: after an
+outage an entry runs once to catch up, not once per tick missed. A new entry runs for a tick at
+most ``FIRST_SIGHT_SECONDS`` old (the scheduled drain comes every minute); an older one is
+recorded as seen, so a deploy does not run every hourly report at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from .db import as_session
+from .enqueue import enqueue_many, new_job
+from .errors import ConfigError, InvalidJobError
+from .registry import REGISTRY, Registry, Schedule, schedule_entry
+
+log = logging.getLogger(__name__)
+
+FIRST_SIGHT_SECONDS = 60.0
+
+
+def schedule(cron: str, job_type: str, payload: dict[str, Any] | None = None, *,
+             tz: str | None = None, name: str | None = None, registry: Registry | None = None,
+             **options: Any) -> Schedule:
+    """Declare a periodic job in a job module: at each tick of ``cron`` (five fields, in UTC
+    unless ``tz`` names a zone) the drains enqueue one ``job_type`` job with ``payload`` and
+    ``options`` (``queue``, ``priority``, ``max_attempts``, ``ttl_seconds``). ``name`` (default:
+    the job type, the expression and the zone) identifies the entry across deploys: renamed or
+    removed, it stops. Everything is checked here, at import: ConfigError says what is wrong.
+
+        pgdrain.schedule("0 9 * * mon", "report", {"kind": "weekly"}, queue="reports",
+                         tz="Europe/Paris", name="weekly-report")
+    """
+    label = name if name is not None else " ".join(p for p in (job_type, cron, tz) if p)
+    entry = schedule_entry(label, cron, tz, job_type, payload, options)
+    try:
+        new_job(job_type, entry.payload, **entry.options)
+    except InvalidJobError as exc:
+        raise ConfigError(f"schedule {label!r}: {exc}") from None
+    (REGISTRY if registry is None else registry).add_schedule(entry)
+    return entry
+
+
+def due_ticks(entries: Sequence[Schedule], last_ticks: dict[str, datetime], now: datetime
+              ) -> list[tuple[Schedule, datetime, bool]]:
+    """Which entries have a tick to take at ``now``: ``(entry, tick, run)``; ``run`` is False
+    for a new entry's tick too old to run (it is only recorded). Pure."""
+    due = []
+    for entry in entries:
+        tick = entry.cron.latest_at_or_before(now)
+        if tick is None:
+            continue
+        last = last_ticks.get(entry.name)
+        if last is None:
+            due.append((entry, tick, now - tick <= timedelta(seconds=FIRST_SIGHT_SECONDS)))
+        elif last < tick:
+            due.append((entry, tick, True))
+    return due
+
+
+def enqueue_due(conn: Any, registry: Registry) -> int:
+    """Enqueue the due ticks of ``registry``'s schedules, one short transaction each; how many
+    jobs were created. Nothing at all (not a statement) when no schedule is declared."""
+    entries = registry.schedules()
+    if not entries:
+        return 0
+    session = as_session(conn)
+    rows = session.rows("schedule_states", names=[e.name for e in entries])
+    last_ticks = {r["name"]: r["last_tick"] for r in rows if r["name"] is not None}
+    created = 0
+    for entry, tick, run in due_ticks(entries, last_ticks, rows[0]["now"]):
+        try:
+            created += _take(session, entry, tick, run)
+        except InvalidJobError as exc:  # a payload its type's model refuses: every tick says so
+            log.error("schedule %r could not enqueue its %s tick: %s", entry.name,
+                      tick.isoformat(), exc)
+    return created
+
+
+def _take(session: Any, entry: Schedule, tick: datetime, run: bool) -> int:
+    with session.transaction():
+        if session.one("schedule_take_tick", name=entry.name, tick=tick) is None:
+            return 0  # another drain took this tick
+        if not run:
+            return 0
+        [result] = enqueue_many(session, [{
+            **entry.options, "job_type": entry.job_type, "payload": entry.payload,
+            "run_at": tick, "dedupe_key": dedupe_key(entry.name, tick)}])
+        session.rows("schedule_tick_enqueued", name=entry.name, job_id=result.id)
+    log.info("schedule %r enqueued job %s for its %s tick", entry.name, result.id,
+             tick.isoformat())
+    return int(result.created)
+
+
+def schedule_view(conn: Any, registry: Registry) -> list[dict[str, Any]]:
+    """Every entry, declared in ``registry`` or only remembered by the database (removed or
+    renamed: stopped), with its last tick and job and, when declared, its next run: the
+    database's now when a tick is due and not yet taken (the next drain takes it)."""
+    rows = as_session(conn).rows("schedule_list")
+    now = rows[0]["now"]
+    seen = {r["name"]: r for r in rows if r["name"] is not None}
+    due = {entry.name for entry, _, run in due_ticks(registry.schedules(),
+                                                     {n: r["last_tick"] for n, r in seen.items()},
+                                                     now) if run}
+    view = []
+    for entry in registry.schedules():
+        row = seen.pop(entry.name, {})
+        view.append({"name": entry.name, "declared": True, "cron": entry.cron.expression,
+                     "tz": entry.cron.tz, "job_type": entry.job_type, "queue": entry.queue,
+                     "last_tick": row.get("last_tick"), "last_job_id": row.get("last_job_id"),
+                     "next_run": now if entry.name in due else entry.cron.next_after(now)})
+    for name, row in seen.items():
+        view.append({"name": name, "declared": False, "cron": None, "tz": None,
+                     "job_type": None, "queue": None, "last_tick": row["last_tick"],
+                     "last_job_id": row["last_job_id"], "next_run": None})
+    return view
+
+
+def dedupe_key(name: str, tick: datetime) -> str:
+    """The key of an entry's job for one tick (the database refuses a second live one)."""
+    return f"pgdrain-cron:{name}:{tick.isoformat()}"
