@@ -540,3 +540,17 @@ def test_schedules_lists_declared_entries_with_their_next_run_and_removed_ones(d
     table = subprocess.run([sys.executable, "-m", "pgdrain", "schedules"], env=env, cwd=REPO,
                            capture_output=True, text=True, timeout=60, check=False)
     assert "(removed: stopped)" in table.stdout and "quarter-hour-report" in table.stdout
+
+
+def test_show_prints_a_jobs_result_and_progress(database_url, conn):
+    ident = pgdrain.enqueue(conn, "export").id
+    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    from pgdrain.store import sync_controls
+
+    sync_controls(conn, [job], ['{"fraction": 0.5, "message": "half"}'])
+    pgdrain.finish_many(conn, [pgdrain.Finish.done(job, '{"rows": 7}')])
+    shown = json.loads(pgdrain_cli(database_url, "show", str(ident), "--json").stdout)
+    assert (shown["status"], shown["result"], shown["progress"]) == (
+        "done", {"rows": 7}, {"fraction": 0.5, "message": "half"})
+    table = pgdrain_cli(database_url, "show", str(ident)).stdout
+    assert "result" in table and "rows" in table

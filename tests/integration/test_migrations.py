@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pg8000.native
 import pytest
 
@@ -66,4 +68,32 @@ def test_a_database_at_an_earlier_version_gets_only_the_later_migrations(empty_d
         assert conn.run("SELECT count(*) FROM pg_indexes WHERE indexname = 'jobs_alone_idx'") \
             == [[1]]
     finally:
+        conn.close()
+
+
+def test_an_upgrade_grants_the_new_tables_to_the_roles_that_used_jobs(empty_database_url):
+    """A functions' role granted jobs alone (before pause and schedules existed) can still
+    claim after the upgrade: migrations 0008 and 0009 grant their tables to it."""
+    role = f"pgdrain_upgrade_{uuid.uuid4().hex[:8]}"
+    conn = connect(empty_database_url)
+    try:
+        conn.run("CREATE TABLE pgdrain_migrations (version int PRIMARY KEY, name text NOT NULL, "
+                 "applied_at timestamptz NOT NULL DEFAULT now())")
+        for version, name, sql in (m for m in migrations() if m[0] <= 7):
+            conn.run(sql)
+            conn.run("INSERT INTO pgdrain_migrations (version, name) VALUES (:v, :n)",
+                     v=version, n=name)
+        conn.run(f"CREATE ROLE {role}")
+        conn.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON jobs TO {role}")
+        migrate(conn)
+        granted = conn.run(
+            "SELECT table_name, string_agg(privilege_type, ',' ORDER BY privilege_type) "
+            "FROM information_schema.role_table_grants WHERE grantee = :r "
+            "AND table_name LIKE 'pgdrain%' GROUP BY 1 ORDER BY 1", r=role)
+        assert granted == [["pgdrain_queues", "INSERT,SELECT,UPDATE"],
+                           ["pgdrain_schedules", "INSERT,SELECT,UPDATE"]]
+    finally:
+        if conn.run("SELECT 1 FROM pg_roles WHERE rolname = :r", r=role):
+            conn.run(f"DROP OWNED BY {role}")
+            conn.run(f"DROP ROLE {role}")
         conn.close()

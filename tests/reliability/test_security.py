@@ -343,6 +343,15 @@ def happy_path(load_function: Callable[..., Any], admin_sql: Callable[..., Any],
     assert (status, view["status"]) == (200, "failed")
     api = _call(drain, load_event("drain_api.json"))
     assert api[0] == 200 and api[1]["failed"] == 1, api  # the requeued discard, again
+
+    # Pause and resume a queue through the API; the drains' claims read the state.
+    assert _call(enqueue, load_event("queue_pause.json"))[0] == 404  # no job names "emails"
+    for name in ("queue_pause.json", "queue_resume.json"):
+        event = load_event(name)
+        event["path"] = event["path"].replace("emails", "default")
+        event["pathParameters"] = {"queue": "default"}
+        status, view = _call(enqueue, event)
+        assert (status, view["queue"]) == (200, "default"), view
     return {k: v for k, v in summary.items() if isinstance(v, int)}
 
 

@@ -100,6 +100,10 @@ class FakeStore:
         self._step("enqueue_scheduled")
         return 0
 
+    def sync_controls(self, jobs: Any, progress: Any) -> set[int]:
+        self._step("sync_controls")
+        return set()
+
     def claim(self, *, batch_size: int, lease_seconds: float,
               queues: Sequence[str] | None) -> list[Job]:
         self._step("claim")

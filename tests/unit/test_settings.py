@@ -45,6 +45,7 @@ def test_every_variable_is_read():
         "PGDRAIN_VACUUM_DEAD_TUPLES": "0",
         "PGDRAIN_VACUUM_INTERVAL_SECONDS": "30",
         "PGDRAIN_FAILED_RETENTION_SECONDS": "86400",
+        "PGDRAIN_RESULT_MAX_BYTES": "1024",
     }
     assert Settings.from_env(env) == Settings(
         database_url="postgresql://u@h/db", lease_seconds=120, batch_size=25,
@@ -54,7 +55,7 @@ def test_every_variable_is_read():
         purge_max_batches=0, reclaim_batch_size=7, max_jobs=50, safety_margin_seconds=0.5,
         job_timeout_seconds=4, job_modules="my.jobs,other.jobs",
         tracing=True, prepared_statements=False, vacuum_dead_tuples=0,
-        vacuum_interval_seconds=30,
+        vacuum_interval_seconds=30, result_max_bytes=1024,
         backoff=Backoff(base_seconds=0.5, cap_seconds=60, jitter=0),
     )
     # SETTINGS documents exactly what from_env reads (the README table is checked against it).

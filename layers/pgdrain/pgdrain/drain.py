@@ -39,6 +39,7 @@ from .janitor import run_janitor, vacuum_if_due
 from .models import Finish, JanitorResult, Job, Outcome, Written
 from .policy import Backoff, Fail, Retry, Wait, after_failure, decide
 from .registry import Handler, Registry
+from .results import encode_result
 from .runner import DURATIONS, Runner, Task, runner
 from .scheduler import enqueue_due
 from .settings import Settings
@@ -62,6 +63,10 @@ RUNAWAY_GRACE_SECONDS = 0.2
 
 # The concurrent drain waits at most this long between looks at limits and the completer.
 TICK_SECONDS = 0.05
+
+# While jobs run longer than this, or report progress, the concurrent drain writes their
+# progress and reads their cancel requests this often (one statement for all of them).
+CONTROL_SECONDS = 1.0
 
 # How an outcome is counted in the summary (and named to the observer).
 _COUNTED = {Outcome.DONE: "done", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
@@ -149,6 +154,9 @@ class DrainStore(Protocol):
     def enqueue_scheduled(self, registry: Registry) -> int:
         """Enqueue the due ticks of the registry's schedules; how many jobs were created."""
 
+    def sync_controls(self, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
+        """Write running jobs' progress (None: no report) and return those asked to stop."""
+
     def claim(self, *, batch_size: int, lease_seconds: float,
               queues: Sequence[str] | None) -> list[Job]: ...
 
@@ -212,6 +220,9 @@ class PostgresStore:
 
     def enqueue_scheduled(self, registry: Registry) -> int:
         return enqueue_due(self.session(), registry)
+
+    def sync_controls(self, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
+        return pgstore.sync_controls(self.session(), jobs, progress)
 
     def claim(self, *, batch_size: int, lease_seconds: float,
               queues: Sequence[str] | None) -> list[Job]:
@@ -576,24 +587,36 @@ class _Drain:
 
     def _run_plain(self, job: Job, handler: Handler, timeout: float, started: float) -> None:
         try:
-            self._call(handler, timeout, job)
+            value = self._call(handler, timeout, job)
         except BaseException as exc:
             if not isinstance(exc, Exception | HandlerTimeout):
                 raise  # KeyboardInterrupt, SystemExit: not the job's failure
             self._ended(job, handler, exc, started)
         else:
-            self.completer.add(Finish.done(job), job, started=started,
+            self.completer.add(self.done(job, value), job, started=started,
                                duration=time.monotonic() - started)
 
-    def _call(self, handler: Handler, timeout: float, *args: Any) -> None:
+    def done(self, job: Job, value: Any) -> Finish:
+        """A handler returned ``value``: the job is done, with it as its result when it can be
+        stored (else with the reason in last_error: the work was done all the same)."""
+        if value is None:
+            return Finish.done(job)
+        result, problem = encode_result(value, self.settings.result_max_bytes)
+        if problem:
+            log.warning("job %s (%s): %s", job.id, job.job_type, problem)
+        return Finish.done(job, result, problem)
+
+    def _call(self, handler: Handler, timeout: float, *args: Any) -> Any:
         """The handler, under its time limit; HandlerTimeout too if it swallowed one."""
         try:
             with self.limits.limit(timeout) as limit:
-                handler.func(*args)
+                value = _run_async(handler, timeout, *args) if handler.is_async else \
+                    handler.func(*args)
         finally:
             self.limits.disarm()
         if limit.fired:  # it caught HandlerTimeout and returned: it still overran
             raise HandlerTimeout(f"timed out after {timeout:g} s")
+        return value
 
     def _run_transactional(self, job: Job, handler: Handler, timeout: float,
                            started: float) -> None:
@@ -607,8 +630,8 @@ class _Drain:
             # A second past the handler's own limit, so that the limit normally speaks first.
             session.rows("transaction_statement_timeout",
                          milliseconds=math.ceil((timeout + 1) * 1000))
-            self._call(handler, timeout, job, session.conn)
-            if pgstore.complete(session, [job]).stale:
+            value = self._call(handler, timeout, job, session.conn)
+            if pgstore.finish_many(session, [self.done(job, value)]).stale:
                 raise _StaleClaim
             # A deferred constraint or a serialization failure surfaces here: the job's error.
             session.rows("transaction_commit")
@@ -721,6 +744,7 @@ class _Concurrent:
         """The last claim came back empty while jobs ran: claim again once one finishes
         (its retry may be due at once), and stop only when a claim finds nothing with
         nothing running and every outcome written."""
+        self.next_sync = time.monotonic() + CONTROL_SECONDS
 
     def run(self) -> None:
         d = self.d
@@ -740,6 +764,7 @@ class _Concurrent:
                     continue  # claim again, now that every outcome is written
                 self._collect(self._wait_seconds())
                 self._enforce_limits()
+                self._sync_controls()
                 d.completer.flush_if_due()
             d.completer.flush()
             d.summary.stopped = self.stopping or "empty"
@@ -883,6 +908,7 @@ class _Concurrent:
         if session is not None:
             task.conn = session.conn
             task.session = session  # type: ignore[attr-defined]
+            task.done = d.done  # type: ignore[attr-defined]
         self.running[id(task)] = task
         self.by_type[job.job_type] += 1
         self.runner.start(task)
@@ -923,19 +949,38 @@ class _Concurrent:
         if not handler.is_async and not handler.transactional and task.begun is not None:
             DURATIONS.record(job.job_type, (task.ended or task.begun) - task.begun)
         error = task.error
-        if session is not None and task.result == "committed":
+        if session is not None and task.result is _COMMITTED:
             d._count(job, "done", duration, None)  # its transaction wrote done with its work
         elif task.fired_at is not None:
             d._ended(job, handler, HandlerTimeout(f"timed out after {task.timeout:g} s"),
                      task.started)
         elif error is None:
-            d.completer.add(Finish.done(job), job, started=task.started, duration=duration)
+            d.completer.add(d.done(job, task.result), job, started=task.started,
+                            duration=duration)
         elif isinstance(error, _StaleClaim):
             d._count(job, "stale", duration, None)
         else:
             # SystemExit or KeyboardInterrupt raised by a handler on a worker thread is that
             # job's failure: it cannot stop the drain from there.
             d._ended(job, handler, error, task.started)
+
+    def _sync_controls(self) -> None:
+        """About every CONTROL_SECONDS: write the progress handlers reported and tell the
+        handlers of jobs asked to stop (``job.cancel_requested``). Jobs that end within a
+        second and report nothing (most) cost no statement."""
+        now = time.monotonic()
+        if now < self.next_sync:
+            return
+        self.next_sync = now + CONTROL_SECONDS
+        tasks = [t for t in self.running.values() if not t.finished and (
+            now - t.started >= CONTROL_SECONDS or t.job.control.has_progress)]
+        if not tasks:
+            return
+        jobs = [t.job for t in tasks]
+        asked = self.d.store.sync_controls(jobs, [j.control.take_progress() for j in jobs])
+        for job in jobs:
+            if job.id in asked:
+                job.control.cancel_requested = True
 
     def _enforce_limits(self) -> None:
         now = time.monotonic()
@@ -986,11 +1031,29 @@ class _Concurrent:
         self.d.summary.abandoned += len(abandoned)
 
 
+def _run_async(handler: Handler, timeout: float, *args: Any) -> Any:
+    """An ``async def`` handler on the drain's own thread (PGDRAIN_CONCURRENCY=1): awaited on
+    an event loop of its own, cancelled at its time limit."""
+    import asyncio
+
+    async def limited() -> Any:
+        try:
+            return await asyncio.wait_for(handler.func(*args), timeout)
+        except TimeoutError:
+            raise HandlerTimeout(f"timed out after {timeout:g} s") from None
+
+    return asyncio.run(limited())
+
+
 def _call_plain(task: Task) -> Any:
     return task.handler.func(task.job)
 
 
-def _transact(task: Task) -> str:
+_COMMITTED = object()
+"""What _transact returns: the handler's writes and its job's done (and result) committed."""
+
+
+def _transact(task: Task) -> object:
     """A transactional handler on a worker thread, on its own pooled connection: its writes
     and its job's done commit together, or not at all (see _Drain._run_transactional)."""
     session: Session = task.session  # type: ignore[attr-defined]
@@ -998,8 +1061,9 @@ def _transact(task: Task) -> str:
     try:
         session.rows("transaction_statement_timeout",
                      milliseconds=math.ceil((task.timeout + 1) * 1000))
-        task.handler.func(task.job, session.conn)
-        if pgstore.complete(session, [task.job]).stale:
+        value = task.handler.func(task.job, session.conn)
+        finish = task.done(task.job, value)  # type: ignore[attr-defined]
+        if pgstore.finish_many(session, [finish]).stale:
             raise _StaleClaim
         session.rows("transaction_commit")
     except HandlerTimeout:
@@ -1011,4 +1075,4 @@ def _transact(task: Task) -> str:
         except BaseException:
             task.broken = True  # type: ignore[attr-defined]
         raise
-    return "committed"
+    return _COMMITTED

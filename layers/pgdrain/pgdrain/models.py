@@ -4,9 +4,12 @@ finishing outcomes and operation results. Pure: no I/O."""
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from .results import encode_progress
 
 
 class Status(enum.StrEnum):
@@ -110,6 +113,33 @@ class NewJob:
     ttl_seconds: float | None = None
 
 
+class JobControl:
+    """What a running job's handler and its drain share: the drain sets ``cancel_requested``
+    when it learns the job was asked to stop; ``job.progress()`` leaves its latest report here
+    for the drain to write. Neither side waits for the other."""
+
+    __slots__ = ("_lock", "_progress", "cancel_requested")
+
+    def __init__(self) -> None:
+        self.cancel_requested = False
+        self._progress: str | None = None
+        self._lock = threading.Lock()
+
+    def report(self, progress: str) -> None:
+        with self._lock:
+            self._progress = progress
+
+    @property
+    def has_progress(self) -> bool:
+        return self._progress is not None
+
+    def take_progress(self) -> str | None:
+        """The latest report not yet written (None if none), and forget it."""
+        with self._lock:
+            progress, self._progress = self._progress, None
+        return progress
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A claimed job, as the claim returned it. ``lease_token`` identifies this claim."""
@@ -133,6 +163,22 @@ class Job:
     payload_error: str | None = None
     """Why the stored payload could not be decoded (``payload`` is then None): the drain
     fails the job with this reason instead of running it."""
+    control: JobControl = field(default_factory=JobControl, compare=False, repr=False)
+    """Shared with the drain: see ``cancel_requested`` and ``progress``."""
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether the job was asked to stop (``pgdrain cancel``) while it runs: a handler that
+        checks it may return early. Read from memory (the drain learns of a request within
+        about a second while jobs run). Whatever the handler does, an attempt that would have
+        been retried ends ``cancelled``."""
+        return self.control.cancel_requested
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Report how far the job got (``fraction`` from 0 to 1, an optional message of up to
+        500 characters): shown by ``GET /jobs/{id}`` and ``pgdrain show``. Returns at once; the
+        drain writes the latest report about every second while the job runs."""
+        self.control.report(encode_progress(fraction, message))
 
     @property
     def idempotency_key(self) -> str:
@@ -170,10 +216,13 @@ class Finish:
     outcome: Outcome
     delay_seconds: float = 0.0
     error: str | None = None
+    """A failed attempt's error; with DONE, why the result could not be stored."""
+    result: str | None = None
+    """With DONE: the handler's return value as JSON text (None: no result)."""
 
     @classmethod
-    def done(cls, job: Job) -> Finish:
-        return cls(job.id, job.lease_token, Outcome.DONE)
+    def done(cls, job: Job, result: str | None = None, error: str | None = None) -> Finish:
+        return cls(job.id, job.lease_token, Outcome.DONE, 0.0, error, result)
 
     @classmethod
     def retry(cls, job: Job, error: str, delay_seconds: float) -> Finish:

@@ -41,6 +41,7 @@ DEFAULT_SAFETY_MARGIN_SECONDS = 2.0
 MIN_SAFETY_MARGIN_SECONDS = 0.2
 SAFETY_MARGIN_SHARE = 0.1
 DEFAULT_JOB_TIMEOUT_SECONDS = 30.0
+DEFAULT_RESULT_MAX_BYTES = 65_536
 DEFAULT_SECRET_MAX_AGE_SECONDS = 300
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 DEFAULT_MAX_BATCH = 500
@@ -185,6 +186,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("PGDRAIN_JOB_TIMEOUT_SECONDS", number(0, above=True), DEFAULT_JOB_TIMEOUT_SECONDS,
        "Time budget of a handler that declares no timeout; an overrun is retried as timed out",
        "drain"),
+    _s("PGDRAIN_RESULT_MAX_BYTES", integer(0), DEFAULT_RESULT_MAX_BYTES,
+       "Largest handler return value stored as the job's result, in bytes of JSON; above it "
+       "the job is still done, with no result and last_error saying why", "drain"),
     _s("PGDRAIN_PREPARED_STATEMENTS", boolean, True,
        "Prepare the drain's statements once per connection (false behind a pooler such as "
        "RDS Proxy: named prepared statements are session state)", "drain", "true"),
@@ -313,6 +317,7 @@ class Settings:
     safety_margin_seconds: float | None = None
     """None: ``margin_for`` scales it with the time an invocation has."""
     job_timeout_seconds: float = DEFAULT_JOB_TIMEOUT_SECONDS
+    result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES
     job_modules: str | None = None
     tracing: bool = False
     prepared_statements: bool = True
@@ -324,6 +329,7 @@ class Settings:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("retention_seconds", "failed_retention_seconds", "purge_max_batches",
+                     "result_max_bytes",
                      "safety_margin_seconds",
                      "vacuum_dead_tuples", "vacuum_interval_seconds"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
@@ -377,6 +383,7 @@ class Settings:
             vacuum_interval_seconds=read("PGDRAIN_VACUUM_INTERVAL_SECONDS", env),
             safety_margin_seconds=read("PGDRAIN_SAFETY_MARGIN_SECONDS", env),
             job_timeout_seconds=read("PGDRAIN_JOB_TIMEOUT_SECONDS", env),
+            result_max_bytes=read("PGDRAIN_RESULT_MAX_BYTES", env),
             job_modules=read("PGDRAIN_JOBS", env),
             tracing=read("PGDRAIN_TRACING", env),
             prepared_statements=read("PGDRAIN_PREPARED_STATEMENTS", env),

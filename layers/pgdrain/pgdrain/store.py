@@ -130,7 +130,8 @@ def finish_many(conn: Any, finishes: Sequence[Finish]) -> Written:
     """Write how claims ended, in one statement; ``stale`` lists those whose claim was lost."""
     if not finishes:
         return Written()
-    if all(f.outcome is Outcome.DONE for f in finishes):  # the fast path: see the catalogue
+    if all(f.outcome is Outcome.DONE and f.result is None and f.error is None
+           for f in finishes):  # the fast path: see the catalogue
         rows = as_session(conn).rows("job_complete_batch", ids=[f.id for f in finishes],
                                      tokens=[f.lease_token for f in finishes])
         return _written([f.id for f in finishes], rows)
@@ -141,8 +142,17 @@ def finish_many(conn: Any, finishes: Sequence[Finish]) -> Written:
         outcomes=[f.outcome.value for f in finishes],
         delays=[f.delay_seconds for f in finishes],
         errors=[None if f.error is None else error_text(f.error) for f in finishes],
+        results=[f.result for f in finishes],
     )
     return _written([f.id for f in finishes], rows)
+
+
+def sync_controls(conn: Any, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
+    """Write running jobs' progress reports (None: none) and return the ids of those asked to
+    stop; each guarded by its claim."""
+    rows = as_session(conn).rows("job_control_sync", ids=[j.id for j in jobs],
+                                 tokens=[j.lease_token for j in jobs], progress=list(progress))
+    return {r["id"] for r in rows}
 
 
 def _written(ids: list[int], rows: list[dict[str, Any]]) -> Written:
@@ -257,7 +267,7 @@ def get_job(conn: Any, ident: int) -> dict[str, Any] | None:
     row = as_session(conn).one("job_get", id=job_id(ident))
     if row is None:
         return None
-    for column in ("payload", "errors"):
+    for column in ("payload", "errors", "result", "progress"):
         row[column], problem = decode_json(row[column])
         if problem:
             row[f"{column}_error"] = problem

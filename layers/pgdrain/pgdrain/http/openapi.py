@@ -364,13 +364,25 @@ def _job_view_schema() -> dict[str, Any]:
                                                         "cancelled)."),
             "expires_at": nullable(_DATE_TIME, "Not started by then, it never runs and ends "
                                                "failed with the error `expired`."),
+            "result": {"description": "What the handler returned (any JSON value), stored "
+                                      "when the job was done; null if it returned None, or "
+                                      "if the value could not be stored (then last_error "
+                                      "says why: not JSON, or above "
+                                      "PGDRAIN_RESULT_MAX_BYTES)."},
+            "progress": nullable({
+                "type": "object",
+                "properties": {"fraction": {"type": "number", "minimum": 0, "maximum": 1},
+                               "message": {"type": "string", "maxLength": 500}},
+                "required": ["fraction"],
+            }, "The handler's latest progress report (job.progress), written about every "
+               "second while it runs."),
             "updated_at": _DATE_TIME,
         },
         "required": ["id", "job_type", "payload", "status", "attempts", "max_attempts",
                      "run_at", "created_at", "queue", "priority", "claimed_at",
                      "lease_expires_at", "last_error", "errors", "dedupe_key", "finished_at",
                      "updated_at", "lost_claims", "started_at", "cancel_requested_at",
-                     "expires_at"],
+                     "expires_at", "result", "progress"],
     }
 
 

@@ -287,6 +287,26 @@ WHERE j.id = c.id
   AND j.lease_token = c.lease_token
 RETURNING j.id
 
+-- name: job_control_sync
+-- While jobs run: write the progress their handlers reported (NULL: none since the last sync)
+-- and return those of them asked to stop (cancel_requested_at), one statement for the batch,
+-- each row guarded by its claim. Only rows with a report are written.
+WITH c AS (
+    SELECT * FROM unnest(:ids::bigint[], :tokens::uuid[], :progress::text[])
+        AS c(id, lease_token, progress)
+), written AS (
+    UPDATE jobs AS j
+    SET progress = c.progress::jsonb, updated_at = now()
+    FROM c
+    WHERE c.progress IS NOT NULL
+      AND j.id = c.id AND j.status = 'running' AND j.lease_token = c.lease_token
+    RETURNING j.id
+)
+SELECT j.id
+FROM jobs AS j
+JOIN c ON j.id = c.id AND j.lease_token = c.lease_token
+WHERE j.status = 'running' AND j.cancel_requested_at IS NOT NULL
+
 -- name: job_count_purgeable
 -- How many :status jobs finished more than :older_than_seconds ago (what `pgdrain purge`
 -- would delete). A row finished by plain SQL may lack finished_at: its last update counts.
@@ -323,7 +343,8 @@ RETURNING id, dedupe_key, run_at <= now() AS due
 -- release and refund give the claim's attempt back (refund also counts a lost claim); retry
 -- and fail keep the error, in last_error and as one more entry of errors. A job asked to stop
 -- while it ran (cancel_requested_at, job_cancel) ends cancelled instead of going back to
--- pending; done and failed stay what they are.
+-- pending; done and failed stay what they are. done stores the handler's result (JSON text,
+-- or NULL), and with an error (why the result could not be stored) keeps it in last_error.
 UPDATE jobs AS j
 SET status           = CASE WHEN f.outcome = 'done' THEN 'done'
                             WHEN f.outcome = 'fail' THEN 'failed'
@@ -340,7 +361,9 @@ SET status           = CASE WHEN f.outcome = 'done' THEN 'done'
                                  OR j.cancel_requested_at IS NOT NULL THEN now()
                             ELSE j.finished_at END,
     last_error       = CASE WHEN f.outcome IN ('retry', 'fail') THEN f.error
+                            WHEN f.outcome = 'done' THEN coalesce(f.error, j.last_error)
                             ELSE j.last_error END,
+    result           = CASE WHEN f.outcome = 'done' THEN f.result::jsonb ELSE j.result END,
     errors           = CASE WHEN f.outcome IN ('retry', 'fail')
                             THEN j.errors || jsonb_build_array(jsonb_build_object(
                                 'attempt', j.attempts, 'at', now(), 'error', f.error))
@@ -350,7 +373,8 @@ SET status           = CASE WHEN f.outcome = 'done' THEN 'done'
     started_at       = NULL,
     updated_at       = now()
 FROM unnest(:ids::bigint[], :tokens::uuid[], :outcomes::text[], :delays::float8[],
-            :errors::text[]) AS f(id, lease_token, outcome, delay_seconds, error)
+            :errors::text[], :results::text[])
+     AS f(id, lease_token, outcome, delay_seconds, error, result)
 WHERE j.id = f.id
   AND j.status = 'running'
   AND j.lease_token = f.lease_token
@@ -362,7 +386,8 @@ RETURNING j.id
 SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, run_at,
        created_at, queue, priority, claimed_at, lease_expires_at,
        lease_token::text AS lease_token, last_error, errors::text AS errors, dedupe_key,
-       finished_at, updated_at, lost_claims, started_at, cancel_requested_at, expires_at
+       finished_at, updated_at, lost_claims, started_at, cancel_requested_at, expires_at,
+       result::text AS result, progress::text AS progress
 FROM jobs
 WHERE id = :id::bigint
 

@@ -10,3 +10,20 @@ CREATE TABLE pgdrain_schedules (
     last_job_id bigint,
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- Roles that could update jobs before (the functions' roles of docs/database-roles.md) may use
+-- this table too, so that an upgrade does not stop a drain whose role was granted only jobs.
+DO $$
+DECLARE
+    grantee text;
+BEGIN
+    FOR grantee IN
+        SELECT DISTINCT g.grantee FROM information_schema.role_table_grants AS g
+        WHERE g.table_schema = current_schema() AND g.table_name = 'jobs'
+          AND g.privilege_type = 'UPDATE' AND g.grantee <> current_user
+    LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE ON %I TO %s', 'pgdrain_schedules',
+                       CASE WHEN grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(grantee) END);
+    END LOOP;
+END
+$$;

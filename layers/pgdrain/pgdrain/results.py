@@ -1,0 +1,59 @@
+"""A job's result and progress as they are stored: a handler's return value and its progress
+reports, checked and encoded as JSON text. Pure: no I/O, nothing of pgdrain's below it."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+MAX_PROGRESS_MESSAGE = 500
+"""The longest progress message, in characters."""
+
+# A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000": jsonb
+# cannot hold one.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def encode_result(value: Any, max_bytes: int) -> tuple[str | None, str | None]:
+    """A handler's return value as ``(json_text, None)``; ``(None, None)`` for None (no
+    result); ``(None, why)`` when it cannot be stored: not JSON-serialisable, holding a NUL,
+    or more than ``max_bytes`` of UTF-8 (the job still ends done: its work was done)."""
+    if value is None:
+        return None, None
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        return None, f"result not stored: it is not JSON ({exc})"
+    except RecursionError:
+        return None, "result not stored: it is nested too deep for JSON"
+    if _JSON_NUL.search(text):
+        return None, "result not stored: it holds a NUL character (\\u0000), which PostgreSQL's " \
+                     "jsonb cannot"
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None, "result not stored: it holds a lone surrogate (not valid Unicode)"
+    if size > max_bytes:
+        return None, (f"result not stored: {size} bytes of JSON, above "
+                      f"PGDRAIN_RESULT_MAX_BYTES ({max_bytes})")
+    return text, None
+
+
+def encode_progress(fraction: Any, message: Any = None) -> str:
+    """``job.progress(fraction, message)`` as JSON text, or ValueError/TypeError saying what is
+    wrong (raised in the handler that called it: a bug there, not the job's failure to run)."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise TypeError(f"progress fraction must be a number from 0 to 1, not {fraction!r}")
+    if not (math.isfinite(fraction) and 0 <= fraction <= 1):
+        raise ValueError(f"progress fraction must be from 0 to 1, not {fraction!r}")
+    report: dict[str, Any] = {"fraction": float(fraction)}
+    if message is not None:
+        if not isinstance(message, str):
+            raise TypeError(f"progress message must be a string, not {type(message).__name__}")
+        if len(message) > MAX_PROGRESS_MESSAGE or "\x00" in message:
+            raise ValueError(f"progress message must be at most {MAX_PROGRESS_MESSAGE} "
+                             "characters, without NUL")
+        report["message"] = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return json.dumps(report, ensure_ascii=False)
