@@ -210,8 +210,9 @@ WITH alone AS MATERIALIZED (
       AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                              WHERE q.paused_at IS NOT NULL))
+      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q WHERE q.paused_at IS NOT NULL)
+           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                                  WHERE q.paused_at IS NOT NULL)))
     ORDER BY priority, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -239,7 +240,10 @@ RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attemp
 -- job: a row inserted by plain SQL that the driver cannot decode (a 5,000-digit number, an
 -- array nested 3,000 deep) fails alone instead of the whole batch. A job whose claim was lost
 -- before is left to job_claim_alone; one past its expires_at is never claimed (the janitor
--- ends it: janitor_expire_batch), nor one of a paused queue (pgdrain_queues, read once).
+-- ends it: janitor_expire_batch), nor one of a paused queue (pgdrain_queues, read once per
+-- statement). The pause filter is an OR behind "is any queue paused": written as the bare
+-- `queue <> ALL (...)`, the planner guessed it kept almost no row and sorted every pending job
+-- on each claim instead of reading the first ones off jobs_pending_idx (bench/plans.py).
 WITH due AS MATERIALIZED (
     SELECT id
     FROM jobs
@@ -248,8 +252,9 @@ WITH due AS MATERIALIZED (
       AND lost_claims = 0
       AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                              WHERE q.paused_at IS NOT NULL))
+      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q WHERE q.paused_at IS NOT NULL)
+           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                                  WHERE q.paused_at IS NOT NULL)))
     ORDER BY priority, run_at, id
     LIMIT :batch_size::int
     FOR UPDATE SKIP LOCKED
@@ -598,8 +603,9 @@ FROM (
     WHERE status = 'pending'
       AND run_at <= now()
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                              WHERE q.paused_at IS NOT NULL))
+      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q WHERE q.paused_at IS NOT NULL)
+           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                                  WHERE q.paused_at IS NOT NULL)))
     LIMIT :limit::int
 ) AS due
 
