@@ -46,6 +46,8 @@ def new_job(
     dedupe_key: Any = None,
     expires_at: Any = None,
     ttl_seconds: Any = None,
+    unique_for: Any = None,
+    debounce: Any = None,
     index: int | None = None,
 ) -> NewJob:
     """Validate one job's fields (``models.JOB_FIELDS``); raise InvalidJobError naming the field
@@ -64,8 +66,11 @@ def new_job(
     if expires is not None and due is not None and not expires > due:
         raise check.bad("expires_at", "must be after run_at (the job would expire before it "
                                       "is due)")
+    window, wait = _windows(check, dedupe_key, unique_for, debounce, run_at, delay_seconds)
+    if wait is not None:
+        delay = wait
     return NewJob(
-        expires_at=expires, ttl_seconds=ttl,
+        expires_at=expires, ttl_seconds=ttl, unique_for=window, debounce=wait,
         job_type=check.text("job_type", job_type, MAX_TEXT),
         payload_json=check.payload(payload),
         queue=check.text("queue", queue, MAX_TEXT),
@@ -76,6 +81,25 @@ def new_job(
         dedupe_key=None if dedupe_key is None else check.text("dedupe_key", dedupe_key,
                                                                MAX_DEDUPE_KEY),
     )
+
+
+def _windows(check: _Checker, dedupe_key: Any, unique_for: Any, debounce: Any, run_at: Any,
+             delay_seconds: Any) -> tuple[float | None, float | None]:
+    """``unique_for`` and ``debounce``, checked: each needs a dedupe_key and a positive
+    number of seconds; they exclude each other, and debounce sets the delay itself."""
+    for name, value in (("unique_for", unique_for), ("debounce", debounce)):
+        if value is not None:
+            if dedupe_key is None:
+                raise check.bad(name, "needs a dedupe_key (the key it applies to)")
+            if not check.delay(value, name) > 0:
+                raise check.bad(name, "must be more than 0 seconds")
+    if unique_for is not None and debounce is not None:
+        raise check.bad("debounce", "give unique_for or debounce, not both")
+    if debounce is not None and (run_at is not None or delay_seconds is not None):
+        raise check.bad("debounce", "sets when the job is due: not with run_at or "
+                                    "delay_seconds")
+    return (None if unique_for is None else float(unique_for),
+            None if debounce is None else float(debounce))
 
 
 class _Checker:
@@ -171,6 +195,9 @@ def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[
     if not batch:
         return []
     session = as_session(conn)
+    if any(_windowed(job) for job in batch) and session.autocommitting():
+        # A unique window or a debounce holds its key's lock until the commit: here, its own.
+        return enqueue_atomically(session, batch)
     for attempt in range(_DEADLOCK_ROUNDS):
         try:
             return _enqueue_validated(session, batch)
@@ -210,7 +237,49 @@ def enqueue_atomically(session: Session, jobs: Iterable[Mapping[str, Any] | NewJ
     raise AssertionError("unreachable")
 
 
+def _windowed(job: NewJob) -> bool:
+    return job.unique_for is not None or job.debounce is not None
+
+
 def _enqueue_validated(session: Session, batch: list[NewJob]) -> list[EnqueueResult]:
+    """The batch's results in order: unique windows and debounces one at a time under their
+    key's lock (in one fixed order, so two batches cannot deadlock on them), the rest in one
+    insert. Runs inside a transaction when any job is windowed."""
+    windowed = sorted((i for i, job in enumerate(batch) if _windowed(job)),
+                      key=lambda i: (len(batch[i].dedupe_key or ""), batch[i].dedupe_key or ""))
+    if not windowed:
+        return _enqueue_plain(session, batch)
+    results: list[EnqueueResult | None] = [None] * len(batch)
+    for i in windowed:
+        results[i] = _enqueue_windowed(session, batch[i])
+    rest = [i for i in range(len(batch)) if results[i] is None]
+    for i, result in zip(rest, _enqueue_plain(session, [batch[i] for i in rest]), strict=True):
+        results[i] = result
+    return results  # type: ignore[return-value]
+
+
+def _enqueue_windowed(session: Session, job: NewJob) -> EnqueueResult:
+    """A job with ``unique_for`` or ``debounce``: under its key's lock, the recent job of the
+    key answers (unique window), or the pending one takes the payload and is put off
+    (debounce); else it is inserted like any job (a live holder still answers)."""
+    key = job.dedupe_key
+    assert key is not None
+    session.rows("job_key_lock", lock_key=KEY_LOCK, dedupe_key=key)
+    if job.unique_for is not None:
+        row = session.one("job_key_recent", dedupe_key=key, seconds=job.unique_for)
+    else:
+        row = session.one("job_debounce", dedupe_key=key, payload=job.payload_json,
+                          seconds=job.debounce)
+    if row is not None:
+        return EnqueueResult(row["id"], False)
+    return _enqueue_plain(session, [job])[0]
+
+
+KEY_LOCK = 0x7067646B
+"""The first advisory-lock key of a dedupe key's lock ("pgdk"); the second is its hash."""
+
+
+def _enqueue_plain(session: Session, batch: list[NewJob]) -> list[EnqueueResult]:
     results = _insert(session, batch)
     # Items skipped because a live job held their dedupe_key get that job's id. A holder can
     # finish between the insert and the lookup: its key is free again, so insert those anew.

@@ -90,6 +90,15 @@ JOB_FIELDS: tuple[JobField, ...] = (
                                       {"type": "null"}]},
              "At most one live (pending or running) job holds a key: a duplicate answers the "
              "live job's id instead of inserting. Not blank."),
+    JobField("unique_for", {"anyOf": [{"type": "number", "exclusiveMinimum": 0,
+                                       "maximum": MAX_DELAY_SECONDS}, {"type": "null"}]},
+             "Seconds: with dedupe_key, a job of that key created within this window (pending, "
+             "running or done) answers its id instead of inserting. Not with debounce."),
+    JobField("debounce", {"anyOf": [{"type": "number", "exclusiveMinimum": 0,
+                                     "maximum": MAX_DELAY_SECONDS}, {"type": "null"}]},
+             "Seconds: with dedupe_key, the pending job of that key takes this payload and is "
+             "put off to this many seconds from now (a burst runs once, after it); else a job "
+             "due then is inserted. Not with run_at, delay_seconds or unique_for."),
 )
 JOB_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in JOB_FIELDS)
 JOB_OPTION_NAMES: tuple[str, ...] = tuple(n for n in JOB_FIELD_NAMES
@@ -111,6 +120,11 @@ class NewJob:
     dedupe_key: str | None
     expires_at: datetime | None = None
     ttl_seconds: float | None = None
+    unique_for: float | None = None
+    """With dedupe_key: a job of the key created this recently (not failed or cancelled)
+    answers instead."""
+    debounce: float | None = None
+    """With dedupe_key: the key's pending job takes this payload, due this long from now."""
 
 
 class JobControl:

@@ -234,8 +234,10 @@ def _job(item: Any, index: int | None, key: str | None, registry: Registry,
         "dedupe_key": dedupe_key if dedupe_key is not None else key,
         "expires_at": _timestamp(item.get("expires_at"), invalid, "expires_at"),
         "ttl_seconds": item.get("ttl_seconds"),
+        "unique_for": item.get("unique_for"),
+        "debounce": item.get("debounce"),
     }
-    for name in ("delay_seconds", "ttl_seconds"):
+    for name in ("delay_seconds", "ttl_seconds", "unique_for", "debounce"):
         if isinstance(options[name], float) and not math.isfinite(options[name]):
             raise invalid(name, "must be a finite number")
     try:

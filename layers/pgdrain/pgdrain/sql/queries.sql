@@ -321,6 +321,17 @@ WHERE status = :status::text
   AND coalesce(finished_at, updated_at)
       < now() - make_interval(secs => :older_than_seconds::float8)
 
+-- name: job_debounce
+-- Debounce: the pending job holding :dedupe_key takes the new payload and is put off to
+-- :seconds from now (the clock, not the transaction's start: a long transaction must not pull
+-- it earlier). Returns its id, or nothing (no pending job holds the key: insert one).
+UPDATE jobs
+SET payload = :payload::jsonb,
+    run_at = clock_timestamp() + make_interval(secs => :seconds::float8),
+    updated_at = now()
+WHERE dedupe_key = :dedupe_key::text AND status = 'pending'
+RETURNING id
+
 -- name: job_enqueue_batch
 -- Insert jobs in input order. A live duplicate of a dedupe key (in the table or earlier in the
 -- same batch) is skipped and not returned; the caller looks its id up. `run_at` NULL means now()
@@ -401,6 +412,29 @@ WHERE id = :id::bigint
 SELECT dedupe_key, id
 FROM jobs
 WHERE dedupe_key = ANY(:dedupe_keys::text[]) AND status IN ('pending', 'running')
+
+-- name: job_key_lock
+-- Serialise the enqueues of one dedupe key (unique windows, debounce) until this transaction
+-- ends: a transaction-scoped advisory lock on the key's hash. Two keys sharing a hash only
+-- wait for each other.
+SELECT pg_advisory_xact_lock(:lock_key::int, hashtext(:dedupe_key::text))
+
+-- name: job_key_recent
+-- The newest job holding :dedupe_key that is pending, running or done and was created less
+-- than :seconds ago (failed and cancelled ones do not count): one probe of the live key index
+-- and one of jobs_dedupe_key_done_idx.
+SELECT id
+FROM (
+    SELECT id, created_at FROM jobs
+    WHERE dedupe_key = :dedupe_key::text AND status IN ('pending', 'running')
+    UNION ALL
+    SELECT id, created_at FROM jobs
+    WHERE dedupe_key = :dedupe_key::text AND status = 'done'
+      AND created_at > clock_timestamp() - make_interval(secs => :seconds::float8)
+) AS recent
+WHERE created_at > clock_timestamp() - make_interval(secs => :seconds::float8)
+ORDER BY created_at DESC, id DESC
+LIMIT 1
 
 -- name: job_list
 -- The newest jobs matching the filters (NULL matches all), for `pgdrain list`; :since_seconds
