@@ -270,6 +270,21 @@ def test_pause_and_resume_routes(app, conn):
     assert len(pgdrain.claim(conn, batch_size=10, lease_seconds=60)) == 2
 
 
+def test_set_queue_route_caps_a_queue(app, conn, sql):
+    pgdrain.enqueue(conn, "test-noop", queue="emails")
+    status, body, _ = call(app, load_event("queue_set.json"))
+    assert (status, body) == (200, {"queue": "emails", "paused": False, "paused_at": None,
+                                    "max_running": 3})
+    for bad, code in (('{"max_running": 0}', 422), ('{"max_running": "3"}', 422),
+                      ('{"max": 3}', 422), ("{}", 422), ("[3]", 422), ("{", 400)):
+        status, body, _ = call(app, {**load_event("queue_set.json"), "body": bad})
+        assert status == code, (bad, body)
+    assert sql("SELECT max_running FROM pgdrain_queues") == [{"max_running": 3}]
+    status, body, _ = call(app, {**load_event("queue_set.json"),
+                                 "body": '{"max_running": null}'})
+    assert (status, body["max_running"]) == (200, None)
+
+
 def test_pausing_an_unknown_queue_is_a_404_and_changes_nothing(app, conn, sql):
     event = load_event("queue_pause.json")
     event["path"], event["pathParameters"] = "/queues/emials/pause", {"queue": "emials"}
@@ -342,7 +357,7 @@ def test_a_database_failure_answers_a_short_503_with_the_request_id(load_functio
 def test_sam_event_files_are_complete_proxy_events():
     for name in ("enqueue_single.json", "enqueue_batch.json", "enqueue_invalid.json",
                  "job_get.json", "job_retry.json", "job_cancel.json", "drain_api.json",
-                 "queue_pause.json", "queue_resume.json"):
+                 "queue_pause.json", "queue_resume.json", "queue_set.json"):
         event = load_event(name)
         assert {"resource", "path", "httpMethod", "headers", "requestContext", "body",
                 "isBase64Encoded"} <= set(event), name

@@ -554,3 +554,22 @@ def test_show_prints_a_jobs_result_and_progress(database_url, conn):
         "done", {"rows": 7}, {"fraction": 0.5, "message": "half"})
     table = pgdrain_cli(database_url, "show", str(ident)).stdout
     assert "result" in table and "rows" in table
+
+
+def test_queue_set_caps_a_queue_and_none_lifts_it(database_url, conn):
+    pgdrain.enqueue(conn, "call-api", queue="partner")
+    result = pgdrain_cli(database_url, "queue", "set", "partner", "--max-running", "3")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "queue 'partner': at most 3 running across all drains"
+    assert "queue 'partner' is capped at 3 running" in pgdrain_cli(database_url,
+                                                                  "stats").stdout
+    data = json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)
+    assert data["caps"] == {"partner": 3}
+    lifted = pgdrain_cli(database_url, "queue", "set", "partner", "--max-running", "none",
+                         "--json")
+    assert json.loads(lifted.stdout)["max_running"] is None
+    for bad in ("0", "-2", "3.5", "many"):
+        refused = pgdrain_cli(database_url, "queue", "set", "partner", "--max-running", bad)
+        assert refused.returncode == 2 and "a cap is a whole number from 1" in refused.stderr
+    typo = pgdrain_cli(database_url, "queue", "set", "partnr", "--max-running", "3")
+    assert typo.returncode == 2 and "no queue 'partnr'" in typo.stderr

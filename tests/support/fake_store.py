@@ -110,6 +110,11 @@ class FakeStore:
         due = self._due(queues, alone=False)
         return [self._claim(j, lease_seconds, started=False) for j in due[:batch_size]]
 
+    def claim_capped(self, *, batch_size: int, lease_seconds: float,
+                     queues: Sequence[str] | None) -> list[Job]:
+        self._step("claim_capped")
+        return []  # no caps here: the janitor says none (tests of caps run on PostgreSQL)
+
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
         self._step("claim_alone")
         due = self._due(queues, alone=True)

@@ -11,7 +11,7 @@ The core (this package) needs pg8000 only. ``pgdrain.http`` holds the enqueue AP
 
 from __future__ import annotations
 
-from .control import pause, paused_queues, resume
+from .control import pause, paused_queues, resume, set_queue
 from .enqueue import enqueue, enqueue_atomically, enqueue_many, new_job
 from .errors import (
     ConfigError,
@@ -125,5 +125,6 @@ __all__ = [
     "retry",
     "run_janitor",
     "schedule",
+    "set_queue",
     "stats",
 ]

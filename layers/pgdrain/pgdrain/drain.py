@@ -162,6 +162,9 @@ class DrainStore(Protocol):
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None: ...
 
+    def claim_capped(self, *, batch_size: int, lease_seconds: float,
+                     queues: Sequence[str] | None) -> list[Job]: ...
+
     def finish_many(self, finishes: Sequence[Finish]) -> Written: ...
 
     def session(self) -> Session:
@@ -228,6 +231,11 @@ class PostgresStore:
               queues: Sequence[str] | None) -> list[Job]:
         return pgstore.claim(self.session(), batch_size=batch_size, lease_seconds=lease_seconds,
                            queues=queues)
+
+    def claim_capped(self, *, batch_size: int, lease_seconds: float,
+                     queues: Sequence[str] | None) -> list[Job]:
+        return pgstore.claim_capped(self.session(), batch_size=batch_size,
+                                    lease_seconds=lease_seconds, queues=queues)
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
         return pgstore.claim_alone(self.session(), lease_seconds=lease_seconds, queues=queues)
@@ -346,6 +354,10 @@ class _Drain:
         self.completer = Completer(store.finish_many, self._recorded)
         self.started = 0
         self.alone_due = False
+        self.capped = False
+        """Some queue has a concurrency cap (the janitor's look at the start): claim through
+        claim_capped too. A cap set later is obeyed at once (the plain claim leaves capped
+        queues alone) and served from the next drain on."""
         self.running: Job | None = None
         budgets = [h.timeout for h in registry if h.timeout is not None]
         self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
@@ -388,6 +400,7 @@ class _Drain:
         self.summary.expired = janitor.expired
         self.summary.purged = janitor.purged
         self.alone_due = janitor.alone_due
+        self.capped = janitor.capped
         self.summary.vacuumed = int(self.store.vacuum_if_due(self.settings))
         self.summary.scheduled = self.store.enqueue_scheduled(self.registry)
 
@@ -459,7 +472,14 @@ class _Drain:
             if job is not None:
                 return [job]
             self.alone_due = False
-        return self.store.claim(batch_size=size, lease_seconds=self.lease, queues=queues)
+        jobs: list[Job] = []
+        if self.capped:  # first, or a steady flow of others' jobs would leave them waiting
+            jobs = self.store.claim_capped(batch_size=size, lease_seconds=self.lease,
+                                           queues=queues)
+        if len(jobs) < size:
+            jobs += self.store.claim(batch_size=size - len(jobs), lease_seconds=self.lease,
+                                     queues=queues)
+        return jobs
 
     def _stopped_by_database(self, exc: DatabaseUnavailable) -> None:
         """End the drain on a database failure, with a summary that says so."""

@@ -39,9 +39,9 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
     registry = REGISTRY if registry is None else registry
     session = as_session(conn)
     with session.transaction():
-        locked, alone_due = store.try_janitor_lock(session)
+        locked, alone_due, capped = store.try_janitor_lock(session)
         if not locked:
-            return JanitorResult(ran=False, alone_due=alone_due)
+            return JanitorResult(ran=False, alone_due=alone_due, capped=capped)
         expired = store.expired_leases(session, limit=settings.reclaim_batch_size)
         finishes = [_finish(lease, registry, settings) for lease in expired]
         written = set(store.finish_many(session, finishes).ids)
@@ -59,7 +59,7 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
     failed, refunded = outcomes.count(Outcome.FAIL), outcomes.count(Outcome.REFUND)
     return JanitorResult(ran=True, reclaimed=len(outcomes) - failed, failed=failed,
                          purged=purged, refunded=refunded, alone_due=alone_due,
-                         expired=len(too_late))
+                         expired=len(too_late), capped=capped)
 
 
 def _purge(session: Any, settings: Settings) -> int:

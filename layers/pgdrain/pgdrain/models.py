@@ -311,6 +311,9 @@ class JanitorResult:
     alone_due: bool = False
     """Whether a job to claim alone (its claim lost before) is due: the drain claims those
     first."""
+    capped: bool = False
+    """Whether some queue has a concurrency cap: the drain then also claims through
+    ``claim_capped``."""
 
 
 @dataclass(frozen=True, slots=True)

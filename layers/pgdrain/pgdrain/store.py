@@ -95,6 +95,22 @@ def claim(
     return [_claimed_job(row) for row in rows]
 
 
+def claim_capped(conn: Any, *, batch_size: int, lease_seconds: float,
+                 queues: Sequence[str] | None = None) -> list[Job]:
+    """Claim up to ``batch_size`` due jobs of capped queues, never more running in a queue
+    than its ``max_running`` across all drains: one short transaction that locks the capped
+    queues' rows first (see the catalogue's job_claim_capped). Needs a connection pgdrain
+    owns, outside any transaction."""
+    session = as_session(conn)
+    with session.transaction():
+        if not session.rows("queue_lock_capped"):
+            return []
+        rows = session.rows("job_claim_capped", batch_size=batch_size,
+                            lease_seconds=lease_seconds,
+                            queues=list(queues) if queues else None)
+    return [_claimed_job(row) for row in rows]
+
+
 def claim_alone(conn: Any, *, lease_seconds: float, queues: Sequence[str] | None = None
                 ) -> Job | None:
     """Claim one due job whose claim was lost before, alone, its start recorded (None if
@@ -195,12 +211,12 @@ def fail(conn: Any, job: Job, error: str) -> bool:
 # --- the janitor's statements ------------------------------------------------------------------
 
 
-def try_janitor_lock(session: Session) -> tuple[bool, bool]:
+def try_janitor_lock(session: Session) -> tuple[bool, bool, bool]:
     """Take the janitor's transaction-scoped lock without waiting (False if another has it),
-    and say whether a job to claim alone is due."""
+    and say whether a job to claim alone is due and whether some queue is capped."""
     row = session.one("janitor_try_lock", lock_key=JANITOR_LOCK_KEY)
     assert row is not None
-    return bool(row["locked"]), bool(row["alone_due"])
+    return bool(row["locked"]), bool(row["alone_due"]), bool(row["capped"])
 
 
 def expired_leases(session: Session, *, limit: int) -> list[ExpiredLease]:
@@ -410,6 +426,14 @@ def pause_queue(conn: Any, queue: str) -> dict[str, Any]:
     """Pause ``queue``: ``{"queue", "paused_at"}`` (the first pause's time when it was paused
     already)."""
     row = as_session(conn).one("queue_pause", queue=queue)
+    assert row is not None
+    return row
+
+
+def set_queue(conn: Any, queue: str, *, max_running: int | None) -> dict[str, Any]:
+    """Set ``queue``'s concurrency cap (None: none): ``{"queue", "paused_at",
+    "max_running"}``."""
+    row = as_session(conn).one("queue_set", queue=queue, max_running=max_running)
     assert row is not None
     return row
 

@@ -121,7 +121,7 @@ def test_routes_operations_and_responses():
     assert {path: sorted(k for k in ops if k != "parameters") for path, ops in paths.items()} == {
         "/jobs": ["post"], "/jobs/{id}": ["get"], "/jobs/{id}/retry": ["post"],
         "/jobs/{id}/cancel": ["post"], "/queues/{queue}/pause": ["post"],
-        "/queues/{queue}/resume": ["post"], "/drain": ["post"]}
+        "/queues/{queue}/resume": ["post"], "/queues/{queue}": ["put"], "/drain": ["post"]}
     codes = {(path, method): set(op["responses"])
              for path, ops in paths.items() for method, op in ops.items() if method != "parameters"}
     gateway = {"403", "429"}  # API Gateway's own answers
@@ -133,6 +133,7 @@ def test_routes_operations_and_responses():
         ("/jobs/{id}/cancel", "post"): {"200", "400", "404", "409", *failures, *gateway},
         ("/queues/{queue}/pause", "post"): {"200", "404", "422", *failures, *gateway},
         ("/queues/{queue}/resume", "post"): {"200", "404", "422", *failures, *gateway},
+        ("/queues/{queue}", "put"): {"200", "400", "404", "422", *failures, *gateway},
         ("/drain", "post"): {"200", "202", "405", *failures, *gateway},
     }
     responses = document["components"]["responses"]

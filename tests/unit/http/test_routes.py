@@ -50,7 +50,7 @@ def test_allowed_methods(path, methods):
 def test_paths_in_the_resolver_syntax():
     assert [r.powertools_path for r in routes_of("enqueue")] == [
         "/jobs", "/jobs/<id>", "/jobs/<id>/retry", "/jobs/<id>/cancel",
-        "/queues/<queue>/pause", "/queues/<queue>/resume"]
+        "/queues/<queue>/pause", "/queues/<queue>/resume", "/queues/<queue>"]
 
 
 def test_operation_ids_are_unique():

@@ -1,7 +1,7 @@
 """The pgdrain command: operate the queue from a shell.
 
 ``migrate``, ``stats``, ``list``, ``show``, ``requeue``, ``purge``, ``cancel``, ``pause``,
-``resume``, ``schedules``, ``janitor`` and ``top``;
+``resume``, ``queue set``, ``schedules``, ``janitor`` and ``top``;
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
 Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
@@ -69,6 +69,19 @@ def _parser() -> argparse.ArgumentParser:
                        help="pause a queue no job names yet (otherwise refused as a typo)")
     resume = command("resume", "let drains claim a paused queue's jobs again")
     resume.add_argument("queue", type=arguments.name, metavar="QUEUE")
+    queue = commands.add_parser("queue", help="a queue's settings, enforced by every drain",
+                                description="a queue's settings, enforced by every drain")
+    queue_commands = queue.add_subparsers(dest="queue_command", required=True,
+                                          metavar="SUBCOMMAND")
+    queue_set = queue_commands.add_parser(
+        "set", help="set a queue's concurrency cap", description="set a queue's concurrency "
+        "cap: never more of its jobs running across all drains (jobs over it wait, uncharged)")
+    queue_set.add_argument("queue", type=arguments.name, metavar="QUEUE")
+    queue_set.add_argument("--max-running", type=arguments.cap, required=True, metavar="N",
+                           help="at most N running at once; `none` lifts the cap")
+    queue_set.add_argument("--new", action="store_true",
+                           help="a queue no job names yet (otherwise refused as a typo)")
+    queue_set.add_argument("--json", action="store_true", help="print JSON, for scripts")
     command("schedules", "the periodic jobs the job modules (PGDRAIN_JOBS) declare: cron, "
                          "zone, last tick and job, next run; and entries removed since")
     command("janitor", "reclaim expired leases and purge old finished jobs now")

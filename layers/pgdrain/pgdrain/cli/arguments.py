@@ -37,6 +37,18 @@ def positive_int(raw: str) -> int:
     return int(text)
 
 
+def cap(raw: str) -> int | None:
+    """A concurrency cap: a whole number from 1, or ``none``."""
+    text = raw.strip().lower()
+    if text == "none":
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= 10 and 1 <= int(text) < 2**31):
+        raise argparse.ArgumentTypeError(
+            f"a cap is a whole number from 1 (to stop the queue, pause it) or none, not "
+            f"{_shown(raw)}")
+    return int(text)
+
+
 def interval(raw: str) -> float:
     """A refresh interval in seconds, from 0.1 to an hour."""
     try:

@@ -44,11 +44,14 @@ def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     totals["oldest_due_seconds"] = max((float(r["oldest_due_seconds"]) for r in rows),
                                        default=0.0)
     drains = store.drains_running(conn)
-    paused = {r["queue"]: r for r in store.queue_states(conn) if r["paused_at"] is not None}
-    rows = [{**r, "paused": r["queue"] in paused} for r in rows]
+    states = store.queue_states(conn)
+    paused = {r["queue"]: r for r in states if r["paused_at"] is not None}
+    caps = {r["queue"]: r["max_running"] for r in states if r["max_running"] is not None}
+    rows = [{**r, "paused": r["queue"] in paused, "max_running": caps.get(r["queue"])}
+            for r in rows]
     if args.json:
         print(output.to_json({"queues": rows, "totals": totals, "drains_running": drains,
-                              "paused_queues": sorted(paused)}), file=out)
+                              "paused_queues": sorted(paused), "caps": caps}), file=out)
         return 0
     if not rows:
         print("no jobs", file=out)
@@ -59,9 +62,11 @@ def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
                           **totals, "oldest_due": output.age(totals["oldest_due_seconds"])})
         print(output.table(shown, STATS_COLUMNS), file=out)
     print(f"\ndrains running: {drains}", file=out)
-    for queue, state in paused.items():
-        print(f"queue {queue!r} is PAUSED (for {output.age(state['paused_seconds'])}; "
-              f"`pgdrain resume {queue}`)", file=out)
+    for name, state in paused.items():
+        print(f"queue {name!r} is PAUSED (for {output.age(state['paused_seconds'])}; "
+              f"`pgdrain resume {name}`)", file=out)
+    for name, cap in caps.items():
+        print(f"queue {name!r} is capped at {cap} running", file=out)
     return 0
 
 
@@ -191,6 +196,20 @@ def schedules(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def queue(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from ..control import set_queue
+
+    state = set_queue(conn, args.queue, max_running=args.max_running, new=args.new)
+    if args.json:
+        print(output.to_json(state), file=out)
+    elif state["max_running"] is None:
+        print(f"queue {args.queue!r}: no cap", file=out)
+    else:
+        print(f"queue {args.queue!r}: at most {state['max_running']} running across all "
+              "drains", file=out)
+    return 0
+
+
 def janitor(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     from ..janitor import run_janitor
     from ..settings import Settings
@@ -211,5 +230,5 @@ def output_errors(out: TextIO) -> TextIO:
 COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], int]] = {
     "migrate": migrate, "stats": stats, "list": list_jobs, "show": show, "requeue": requeue,
     "purge": purge, "janitor": janitor, "cancel": cancel, "pause": pause, "resume": resume,
-    "schedules": schedules,
+    "schedules": schedules, "queue": queue,
 }

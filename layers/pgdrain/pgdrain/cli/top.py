@@ -7,7 +7,8 @@ reads (``store.overview``, ``store.drain_slots_held``).
 
 from __future__ import annotations
 
-import time
+import signal
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -63,11 +64,17 @@ def frame(overview: Sequence[Mapping[str, Any]], slots: Sequence[Mapping[str, An
 
 
 def run(conn: Any, *, interval: float, once: bool, out: TextIO, max_drains: int,
-        sleep: Callable[[float], None] = time.sleep) -> int:
-    """Draw frames every ``interval`` seconds until Ctrl-C (or one, with ``once``)."""
+        sleep: Callable[[float], None] | None = None) -> int:
+    """Draw frames every ``interval`` seconds until Ctrl-C (or one, with ``once``).
+
+    Ctrl-C only asks to stop: the frame being read finishes (its statements are bounded) and
+    the loop ends. Raised in the middle of a statement, KeyboardInterrupt could leave the
+    connection mid-message and the process hanging on its way out."""
     live = not once and out.isatty()
+    stop = threading.Event()
+    previous = _on_interrupt(stop.set)
     try:
-        while True:
+        while not stop.is_set():
             text = frame(store.overview(conn), store.drain_slots_held(conn),
                          max_drains=max_drains, now=datetime.now(UTC))
             out.write((CLEAR if live else "") + text)
@@ -76,8 +83,20 @@ def run(conn: Any, *, interval: float, once: bool, out: TextIO, max_drains: int,
                 return 0
             if not live:
                 out.write("\n")
-            sleep(interval)
+            (sleep or stop.wait)(interval)
     except KeyboardInterrupt:
-        out.write("\n")
-        out.flush()
-        return 0
+        pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    out.write("\n")
+    out.flush()
+    return 0
+
+
+def _on_interrupt(callback: Callable[[], None]) -> Any:
+    """Make SIGINT call ``callback``; the handler it replaces (None off the main thread,
+    where Python delivers no signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, lambda _signum, _frame: callback())

@@ -29,6 +29,7 @@ from ..models import (
     JOB_FIELDS,
     JOB_OPTION_NAMES,
     MAX_DELAY_SECONDS,
+    MAX_INT,
     MAX_JOB_ID,
     MAX_TEXT,
     NO_NUL,
@@ -506,7 +507,11 @@ _QUEUE_STATE = {"description": "The queue's state.", "content": {"application/js
     "schema": {"type": "object", "required": ["queue", "paused", "paused_at"],
                "properties": {"queue": {"type": "string"}, "paused": {"type": "boolean"},
                               "paused_at": {"anyOf": [_DATE_TIME, {"type": "null"}],
-                                            "description": "Since when it is paused."}}}}}}
+                                            "description": "Since when it is paused."},
+                              "max_running": {"anyOf": [{"type": "integer"},
+                                                        {"type": "null"}],
+                                              "description": "Its concurrency cap (PUT "
+                                                             "only)."}}}}}}
 _QUEUE_REFUSALS = {
     "404": _error("No job names this queue and it was never paused (a typo?). To pause a "
                   "queue before its first job: `pgdrain pause QUEUE --new`."),
@@ -559,6 +564,19 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
             "404": _ref_response("NotFound"),
             "409": _ref_response("Conflict"),
         },
+    },
+    "setQueue": {
+        "description": "A concurrency cap, enforced in the claim itself across all drains: "
+                       "never more than `max_running` jobs of the queue running at once; "
+                       "jobs over it stay pending, uncharged. null lifts the cap. A cap "
+                       "below what runs now lets those finish.",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "additionalProperties": False, "required": ["max_running"],
+            "properties": {"max_running": {"anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+                {"type": "null"}]}}}}}},
+        "responses": {"200": _QUEUE_STATE, "400": _ref_response("BadRequest"),
+                      **_QUEUE_REFUSALS},
     },
     "pauseQueue": {
         "description": "No claim that starts after this answer takes the queue's jobs; the "

@@ -109,6 +109,25 @@ def parse_enqueue(
     return EnqueueRequest([_job(document, None, key, registry, limits)], batch=False)
 
 
+QUEUE_SETTINGS = ("max_running",)
+
+
+def parse_queue_settings(body: str | None, *, base64_encoded: bool = False) -> dict[str, Any]:
+    """Validate a ``PUT /queues/{queue}`` body, ``{"max_running": N or null}``; raise ApiError
+    (400 or 422) if it is not one. The value's range is the control's to check."""
+    document = _decode(body, base64_encoded)
+    if not isinstance(document, dict):
+        raise ApiError(422, 'the body must be a JSON object: {"max_running": N or null}')
+    unknown = sorted(set(document) - set(QUEUE_SETTINGS))
+    if unknown:
+        raise ApiError(422, f"{unknown[0]}: unknown setting; a queue has "
+                            f"{', '.join(QUEUE_SETTINGS)}", {"field": unknown[0]})
+    if "max_running" not in document:
+        raise ApiError(422, "max_running: is required (null lifts the cap)",
+                       {"field": "max_running"})
+    return {"max_running": document["max_running"]}
+
+
 def _charset(parameters: str) -> str | None:
     """The ``charset`` of a Content-Type's parameters, lower case and unquoted; None if absent."""
     for parameter in parameters.split(";"):

@@ -44,6 +44,8 @@ ROUTES: tuple[Route, ...] = (
           "Pause a queue: no drain claims its jobs; it still accepts them", "enqueue"),
     Route("POST", "/queues/{queue}/resume", "resumeQueue",
           "Resume a paused queue: drains claim its jobs again", "enqueue"),
+    Route("PUT", "/queues/{queue}", "setQueue",
+          "Set a queue's concurrency cap (max_running, null for none)", "enqueue"),
     Route("POST", "/drain", "drainNow", "Start a drain now (the drain function)", "drain"),
 )
 

@@ -26,7 +26,7 @@ from ..errors import (
     UnknownQueue,
 )
 from ..registry import Registry
-from .requests import ApiError, Limits, parse_enqueue
+from .requests import ApiError, Limits, parse_enqueue, parse_queue_settings
 from .routes import ROUTES, allowed_methods
 
 BAD_ID = "the job id must be an integer from 1 to 9223372036854775807"
@@ -90,6 +90,9 @@ class EnqueueApi:
             return self.retry_job(request.path_params["id"])
         if operation_id == "cancelJob":
             return self.cancel_job(request.path_params["id"])
+        if operation_id == "setQueue":
+            return self.set_queue(request.path_params["queue"], request.body,
+                                  base64_encoded=request.base64_encoded)
         if operation_id in ("pauseQueue", "resumeQueue"):
             return self.set_paused(request.path_params["queue"],
                                    paused=operation_id == "pauseQueue")
@@ -175,6 +178,23 @@ class EnqueueApi:
         return Response(200, view, metrics={"QueuePauses" if paused else "QueueResumes": 1},
                         log=LogLine("info", "pause" if paused else "resume",
                                     {"queue": queue}))
+
+    def set_queue(self, queue: str, body: str | None, *, base64_encoded: bool) -> Response:
+        """``PUT /queues/{queue}`` with ``{"max_running": N}`` (null: no cap): 200 with the
+        queue's state; 404 for an unknown queue; 400/422 for a body that is not one."""
+        from ..control import set_queue
+
+        settings = parse_queue_settings(body, base64_encoded=base64_encoded)
+        try:
+            state = set_queue(self.session(), queue, max_running=settings["max_running"])
+        except UnknownQueue as exc:
+            raise ApiError(404, str(exc), {"queue": queue[:200]}) from None
+        except InvalidJobError as exc:
+            raise ApiError(422, str(exc), {"field": exc.field}) from None
+        view = {**state, "paused_at": state["paused_at"].isoformat()
+                if state["paused_at"] else None}
+        return Response(200, view, metrics={"QueueSettingsChanged": 1},
+                        log=LogLine("info", "queue set", {"queue": queue, **settings}))
 
 
 def job_id(raw: str) -> int:

@@ -120,10 +120,12 @@ FOR UPDATE SKIP LOCKED
 -- name: janitor_try_lock
 -- Take the janitor's transaction-scoped advisory lock without waiting; false means another
 -- drain is running the janitor right now, and this one skips it. Also says whether a job to
--- claim alone is due (an index probe of jobs_alone_idx), so the drain knows at no extra cost.
+-- claim alone is due (an index probe of jobs_alone_idx), so the drain knows at no extra cost,
+-- and whether some queue has a concurrency cap (the drain then also runs job_claim_capped).
 SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
        EXISTS (SELECT 1 FROM jobs
-               WHERE status = 'pending' AND lost_claims > 0 AND run_at <= now()) AS alone_due
+               WHERE status = 'pending' AND lost_claims > 0 AND run_at <= now()) AS alone_due,
+       EXISTS (SELECT 1 FROM pgdrain_queues WHERE max_running IS NOT NULL) AS capped
 
 -- name: job_backlog
 -- Due pending jobs (counted up to :cap) and the seconds the oldest has waited, read through
@@ -210,9 +212,10 @@ WITH alone AS MATERIALIZED (
       AND run_at <= now()
       AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q WHERE q.paused_at IS NOT NULL)
+      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)
            OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL)))
+                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)))
     ORDER BY priority, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -241,7 +244,7 @@ RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attemp
 -- array nested 3,000 deep) fails alone instead of the whole batch. A job whose claim was lost
 -- before is left to job_claim_alone; one past its expires_at is never claimed (the janitor
 -- ends it: janitor_expire_batch), nor one of a paused queue (pgdrain_queues, read once per
--- statement). The pause filter is an OR behind "is any queue paused": written as the bare
+-- statement), nor one of a capped queue (job_claim_capped takes those). The pause filter is an OR behind "is any queue paused": written as the bare
 -- `queue <> ALL (...)`, the planner guessed it kept almost no row and sorted every pending job
 -- on each claim instead of reading the first ones off jobs_pending_idx (bench/plans.py).
 WITH due AS MATERIALIZED (
@@ -252,12 +255,59 @@ WITH due AS MATERIALIZED (
       AND lost_claims = 0
       AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q WHERE q.paused_at IS NOT NULL)
+      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)
            OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL)))
+                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)))
     ORDER BY priority, run_at, id
     LIMIT :batch_size::int
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE jobs AS j
+    SET status           = 'running',
+        attempts         = j.attempts + 1,
+        claimed_at       = now(),
+        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
+        lease_token      = gen_random_uuid(),
+        updated_at       = now()
+    FROM due
+    WHERE j.id = due.id
+    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
+              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
+              j.lease_token::text AS lease_token, j.dedupe_key
+)
+SELECT * FROM claimed ORDER BY priority, run_at, id
+
+-- name: job_claim_capped
+-- Claim up to :batch_size due jobs of capped queues (pgdrain_queues.max_running), never more
+-- running in a queue than its cap across all drains. Run inside a transaction right after
+-- queue_lock_capped: the queues' rows are locked, so this statement's snapshot, taken after
+-- the lock was granted, sees every claim committed before, and each queue's room is its cap
+-- less its running jobs (claimed but not started included). Jobs over the cap stay pending,
+-- uncharged. Otherwise as job_claim_batch.
+WITH room AS (
+    SELECT q.queue, q.max_running - (SELECT count(*) FROM jobs AS r
+                                     WHERE r.status = 'running' AND r.queue = q.queue) AS room
+    FROM pgdrain_queues AS q
+    WHERE q.max_running IS NOT NULL AND q.paused_at IS NULL
+      AND (:queues::text[] IS NULL OR q.queue = ANY(:queues::text[]))
+), due AS MATERIALIZED (
+    SELECT d.id
+    FROM room
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM jobs
+        WHERE status = 'pending'
+          AND queue = room.queue
+          AND run_at <= now()
+          AND lost_claims = 0
+          AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY priority, run_at, id
+        LIMIT greatest(room.room, 0)
+        FOR UPDATE SKIP LOCKED
+    ) AS d
+    ORDER BY d.priority, d.run_at, d.id
+    LIMIT :batch_size::int
 ), claimed AS (
     UPDATE jobs AS j
     SET status           = 'running',
@@ -629,7 +679,8 @@ ORDER BY queue, status
 -- name: jobs_due_count
 -- Due jobs, counted up to :limit through jobs_pending_idx: a bounded index scan, never a
 -- count of the table. Fan-out and continuation only need to know "more than n". A paused
--- queue's jobs are not counted: no drain could claim them.
+-- queue's jobs are not counted (no drain could claim them), nor a capped one's (its cap, not
+-- more drains, decides how fast it goes).
 SELECT count(*)::int AS due
 FROM (
     SELECT 1
@@ -637,9 +688,10 @@ FROM (
     WHERE status = 'pending'
       AND run_at <= now()
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q WHERE q.paused_at IS NOT NULL)
+      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)
            OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL)))
+                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)))
     LIMIT :limit::int
 ) AS due
 
@@ -695,6 +747,14 @@ SELECT to_regclass('pgdrain_migrations') IS NOT NULL AS present
 SELECT EXISTS (SELECT 1 FROM pgdrain_queues WHERE queue = :queue::text)
        OR EXISTS (SELECT 1 FROM jobs WHERE queue = :queue::text) AS known
 
+-- name: queue_lock_capped
+-- Lock the capped queues' rows, in name order (two drains never deadlock on them), waiting
+-- for a drain claiming from them now; until this transaction ends. See job_claim_capped.
+SELECT queue FROM pgdrain_queues
+WHERE max_running IS NOT NULL AND paused_at IS NULL
+ORDER BY queue
+FOR UPDATE
+
 -- name: queue_pause
 -- Pause :queue: a claim that starts after this commits takes none of its jobs. Pausing a paused
 -- queue keeps the first paused_at. Returns the queue's state.
@@ -712,9 +772,19 @@ SET paused_at = NULL, updated_at = now()
 WHERE queue = :queue::text
 RETURNING queue, paused_at
 
+-- name: queue_set
+-- Set :queue's cap (:max_running, NULL for none), creating its row if needed. Returns its
+-- state.
+INSERT INTO pgdrain_queues AS q (queue, max_running, updated_at)
+VALUES (:queue::text, :max_running::int, now())
+ON CONFLICT (queue) DO UPDATE
+SET max_running = EXCLUDED.max_running, updated_at = now()
+RETURNING q.queue, q.paused_at, q.max_running
+
 -- name: queue_states
 -- Every queue set at run time, with when it was paused (NULL: it runs).
-SELECT queue, paused_at, EXTRACT(EPOCH FROM now() - paused_at)::float8 AS paused_seconds
+SELECT queue, paused_at, EXTRACT(EPOCH FROM now() - paused_at)::float8 AS paused_seconds,
+       max_running
 FROM pgdrain_queues
 ORDER BY queue
 

@@ -1,0 +1,117 @@
+"""Per-queue concurrency caps against PostgreSQL: never more jobs of a capped queue running than
+its cap, across every drain at once and under races; jobs over the cap stay pending and
+uncharged; bad caps change nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import pgdrain
+from pgdrain import Settings
+from pgdrain.db import Connector, connect
+from pgdrain.drain import drain
+from pgdrain.registry import Registry
+from pgdrain.store import claim_capped
+
+
+def clock(seconds: float):
+    deadline = time.monotonic() + seconds
+    return lambda: deadline - time.monotonic()
+
+
+def test_a_capped_queue_gives_out_only_its_room(conn, sql):
+    ids = [pgdrain.enqueue(conn, "call-api", queue="partner").id for _ in range(5)]
+    other = pgdrain.enqueue(conn, "send-email").id
+    state = pgdrain.set_queue(conn, "partner", max_running=2)
+    assert (state["max_running"], state["paused"]) == (2, False)
+    # The plain claim leaves the capped queue alone.
+    assert [j.id for j in pgdrain.claim(conn, batch_size=10, lease_seconds=60)] == [other]
+    first = claim_capped(conn, batch_size=10, lease_seconds=60)
+    assert [j.id for j in first] == ids[:2]
+    assert claim_capped(conn, batch_size=10, lease_seconds=60) == []
+    pgdrain.complete(conn, first[:1])
+    assert [j.id for j in claim_capped(conn, batch_size=10, lease_seconds=60)] == [ids[2]]
+    # Over the cap: still pending, no attempt spent.
+    rows = sql("SELECT status, attempts FROM jobs WHERE id = ANY(:ids) ORDER BY id",
+               ids=ids[3:])
+    assert rows == [{"status": "pending", "attempts": 0}] * 2
+    # Lifting the cap hands the queue back to the plain claim.
+    pgdrain.set_queue(conn, "partner", max_running=None)
+    assert {j.id for j in pgdrain.claim(conn, batch_size=10, lease_seconds=60)} == set(ids[3:])
+
+
+def test_a_paused_capped_queue_is_not_claimed(conn):
+    pgdrain.enqueue(conn, "call-api", queue="partner")
+    pgdrain.set_queue(conn, "partner", max_running=5)
+    pgdrain.pause(conn, "partner")
+    assert claim_capped(conn, batch_size=10, lease_seconds=60) == []
+    assert pgdrain.claim(conn, batch_size=10, lease_seconds=60) == []
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "3", True, 2**31])
+def test_a_bad_cap_is_refused_and_changes_nothing(conn, sql, bad):
+    pgdrain.enqueue(conn, "call-api", queue="partner")
+    with pytest.raises(pgdrain.InvalidJobError, match="max_running: must be a whole number"):
+        pgdrain.set_queue(conn, "partner", max_running=bad)
+    with pytest.raises(pgdrain.UnknownQueue):
+        pgdrain.set_queue(conn, "partnr", max_running=3)
+    assert sql("SELECT count(*) AS n FROM pgdrain_queues") == [{"n": 0}]
+
+
+def test_sixteen_drains_never_run_more_than_the_cap(database_url, conn, sql):
+    """16 drains with concurrency 10 against a cap of 3, sampled every 10 ms: never above 3,
+    and every job done."""
+    registry = Registry()
+    pgdrain.job("call-api", registry=registry)(lambda job: time.sleep(0.03))
+    pgdrain.job("send-email", registry=registry)(lambda job: None)
+    for _ in range(150):
+        pgdrain.enqueue(conn, "call-api", queue="partner")
+    for _ in range(100):
+        pgdrain.enqueue(conn, "send-email")
+    pgdrain.set_queue(conn, "partner", max_running=3)
+    seen, stop = [], threading.Event()
+
+    def sample() -> None:
+        watcher = connect(database_url)
+        try:
+            while not stop.is_set():
+                seen.append(watcher.run("SELECT count(*) FROM jobs WHERE queue = 'partner' "
+                                        "AND status = 'running'")[0][0])
+                time.sleep(0.01)
+        finally:
+            watcher.close()
+
+    def one() -> None:
+        connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
+        try:
+            while sql_count(database_url) and not stop.is_set():
+                drain(connector, registry, Settings(concurrency=10, max_drains=32),
+                      time_left=clock(30))
+        finally:
+            connector.discard()
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    drains = [threading.Thread(target=one) for _ in range(16)]
+    for t in drains:
+        t.start()
+    for t in drains:
+        t.join(60)
+    stop.set()
+    sampler.join()
+    assert max(seen) == 3, max(seen)
+    assert len(seen) > 20
+    assert sql("SELECT status, count(*) AS n, max(attempts) AS tries FROM jobs "
+               "GROUP BY status") == [{"status": "done", "n": 250, "tries": 1}]
+
+
+def sql_count(database_url: str) -> int:
+    """Jobs not done yet (each drain thread runs drains until none is left)."""
+    c = connect(database_url)
+    try:
+        return int(c.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0])
+    finally:
+        c.close()
