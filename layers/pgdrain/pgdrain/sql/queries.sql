@@ -283,8 +283,9 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- running in a queue than its cap across all drains. Run inside a transaction right after
 -- queue_lock_capped: the queues' rows are locked, so this statement's snapshot, taken after
 -- the lock was granted, sees every claim committed before, and each queue's room is its cap
--- less its running jobs (claimed but not started included). Jobs over the cap stay pending,
--- uncharged. Otherwise as job_claim_batch.
+-- less its running jobs (claimed but not started included). Each queue offers at most a
+-- batch (the rows it offers are locked until the commit, used or not). Jobs over the cap stay
+-- pending, uncharged. Otherwise as job_claim_batch.
 WITH room AS (
     SELECT q.queue, q.max_running - (SELECT count(*) FROM jobs AS r
                                      WHERE r.status = 'running' AND r.queue = q.queue) AS room
@@ -303,7 +304,7 @@ WITH room AS (
           AND lost_claims = 0
           AND (expires_at IS NULL OR expires_at > now())
         ORDER BY priority, run_at, id
-        LIMIT greatest(room.room, 0)
+        LIMIT least(greatest(room.room, 0), :batch_size::int)
         FOR UPDATE SKIP LOCKED
     ) AS d
     ORDER BY d.priority, d.run_at, d.id
