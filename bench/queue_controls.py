@@ -18,8 +18,8 @@ import time
 
 import pgdrain
 from pgdrain.db import connect
-from pgdrain.store import claim_capped
 from pgdrain.migrate import migrate
+from pgdrain.store import claim_capped
 from pgdrain_dev.embedded import scratch_database
 
 

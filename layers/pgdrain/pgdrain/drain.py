@@ -35,6 +35,7 @@ from .errors import (
     Discard,
     HandlerTimeout,
 )
+from .hooks import install as install_hooks
 from .janitor import run_janitor, vacuum_if_due
 from .models import Finish, JanitorResult, Job, Outcome, Written
 from .policy import Backoff, Fail, Retry, Wait, after_failure, decide
@@ -198,9 +199,11 @@ class Launcher(Protocol):
 class PostgresStore:
     """The drain's store on PostgreSQL: the catalogue's statements on a ``Connector``."""
 
-    def __init__(self, connector: Connector, pool_size: int = 0):
+    def __init__(self, connector: Connector, pool_size: int = 0, hooked: Sequence[str] = ()):
         self.connector = connector
         self.pool = connector.pool(pool_size)
+        self.hooked = tuple(hooked)
+        """Job types with an on_failed hook: a failed write inserts the hook's job."""
 
     @property
     def connected(self) -> bool:
@@ -241,7 +244,7 @@ class PostgresStore:
         return pgstore.claim_alone(self.session(), lease_seconds=lease_seconds, queues=queues)
 
     def finish_many(self, finishes: Sequence[Finish]) -> Written:
-        return pgstore.finish_many(self.session(), finishes)
+        return pgstore.finish_many(self.session(), finishes, hooked=self.hooked)
 
     def lend(self, deadline: float) -> Session | None:
         return self.pool.lend(deadline)
@@ -300,7 +303,9 @@ def drain(
             f"function timeout ({start_left:.0f} s left at start): otherwise a live "
             "invocation could lose its jobs to the janitor")
     if isinstance(store, Connector):
-        store = PostgresStore(store, settings.pool_size)
+        store = PostgresStore(store, settings.pool_size, registry.hooked_types())
+    if registry.hooked_types():
+        install_hooks(registry)
     run = _Drain(store, registry, settings, time_left, observer or _NullObserver(), start_left)
     run.launcher = launcher
     run.runner = runner

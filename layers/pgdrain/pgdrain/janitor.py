@@ -44,14 +44,16 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
             return JanitorResult(ran=False, alone_due=alone_due, capped=capped)
         expired = store.expired_leases(session, limit=settings.reclaim_batch_size)
         finishes = [_finish(lease, registry, settings) for lease in expired]
-        written = set(store.finish_many(session, finishes).ids)
+        hooked = registry.hooked_types()
+        written = set(store.finish_many(session, finishes, hooked=hooked).ids)
         outcomes = [f.outcome for f in finishes if f.id in written]
         # Pending again with a claim lost behind it (refunded now, or before): to claim alone.
         alone_due = alone_due or any(
             f.id in written and (f.outcome is Outcome.REFUND or
                                  (f.outcome is Outcome.RETRY and lease.lost_claims > 0))
             for f, lease in zip(finishes, expired, strict=True))
-        too_late = store.expire_pending(session, limit=settings.reclaim_batch_size)
+        too_late = store.expire_pending(session, limit=settings.reclaim_batch_size,
+                                        hooked=hooked)
         purged = _purge(session, settings)
     for job in too_late:
         log.info("job %s (%s, queue %s) expired before it started: failed", job["id"],

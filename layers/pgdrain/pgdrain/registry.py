@@ -44,6 +44,8 @@ class Handler:
     """Most jobs of this type one drain runs at once; None: up to PGDRAIN_CONCURRENCY."""
     is_async: bool = False
     """An ``async def`` handler: run on the drain's event loop, concurrently with others."""
+    on_failed: Callable[[dict[str, Any], str | None], Any] | None = None
+    """Called once for every job of this type that ends failed (see pgdrain.hooks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,10 @@ class Registry:
                               "its own name=)")
         self._schedules[entry.name] = entry
 
+    def hooked_types(self) -> list[str]:
+        """The job types with an on_failed hook."""
+        return sorted(h.job_type for h in self._handlers.values() if h.on_failed is not None)
+
     def schedules(self) -> list[Schedule]:
         return [self._schedules[n] for n in sorted(self._schedules)]
 
@@ -120,6 +126,7 @@ def job(
     concurrency: int | None = None,
     cron: str | None = None,
     tz: str | None = None,
+    on_failed: Callable[[dict[str, Any], str | None], Any] | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the handler of ``job_type``.
@@ -147,6 +154,12 @@ def job(
     periodic: the drains enqueue one job with an empty payload at each tick (the schedule entry
     is named after the type). For a payload, another queue or several schedules of one type,
     use ``pgdrain.schedule`` (pgdrain.scheduler).
+
+    ``on_failed(job, error)`` is called once for every job of this type that ends ``failed``:
+    out of attempts, discarded, its lease lost once too often, expired. ``job`` is the failed
+    job as ``pgdrain.get_job`` shows it, ``error`` its last error. It runs as a job of its own
+    (type ``pgdrain.on-failed``), enqueued by the statement that failed the job, and is retried
+    like any job if it raises.
     """
     if not isinstance(job_type, str) or not job_type.strip():
         raise ConfigError("job_type must be a non-empty string")
@@ -157,6 +170,8 @@ def job(
                                 or not math.isfinite(timeout) or timeout <= 0):
         raise ConfigError(f"{job_type}: timeout must be a positive number of seconds")
 
+    if on_failed is not None and not callable(on_failed):
+        raise ConfigError(f"{job_type}: on_failed must be a function (job, error)")
     if concurrency is not None and (isinstance(concurrency, bool) or
                                     not isinstance(concurrency, int) or concurrency < 1):
         raise ConfigError(f"{job_type}: concurrency must be a positive integer")
@@ -180,7 +195,7 @@ def job(
             raise ConfigError(f"{job_type}: an async def handler cannot be transactional (its "
                               "connection is pg8000's, which blocks); make it a plain def")
         target.register(Handler(job_type, func, max_attempts, timeout, transactional, payload,
-                                policy, concurrency, is_async))
+                                policy, concurrency, is_async, on_failed))
         if entry is not None:
             target.add_schedule(entry)
         return func

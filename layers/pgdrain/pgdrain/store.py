@@ -142,8 +142,11 @@ def decode_json(text: str | None) -> tuple[Any, str | None]:
         return None, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
 
 
-def finish_many(conn: Any, finishes: Sequence[Finish]) -> Written:
-    """Write how claims ended, in one statement; ``stale`` lists those whose claim was lost."""
+def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] = ()
+                ) -> Written:
+    """Write how claims ended, in one statement; ``stale`` lists those whose claim was lost.
+    A job of a type in ``hooked`` that ends failed gets its on_failed hook's job, inserted by
+    the same statement (pgdrain.hooks)."""
     if not finishes:
         return Written()
     if all(f.outcome is Outcome.DONE and f.result is None and f.error is None
@@ -159,6 +162,7 @@ def finish_many(conn: Any, finishes: Sequence[Finish]) -> Written:
         delays=[f.delay_seconds for f in finishes],
         errors=[None if f.error is None else error_text(f.error) for f in finishes],
         results=[f.result for f in finishes],
+        hooked=list(hooked),
     )
     return _written([f.id for f in finishes], rows)
 
@@ -230,10 +234,12 @@ def purge_dead(session: Session, *, retention_seconds: float, limit: int) -> int
     return row["purged"] if row else 0
 
 
-def expire_pending(session: Session, *, limit: int) -> list[dict[str, Any]]:
-    """End up to ``limit`` pending jobs past their ``expires_at``: failed, error ``expired``.
-    ``{"id", "job_type", "queue"}`` of each."""
-    return session.rows("janitor_expire_batch", limit=limit)
+def expire_pending(session: Session, *, limit: int, hooked: Sequence[str] = ()
+                   ) -> list[dict[str, Any]]:
+    """End up to ``limit`` pending jobs past their ``expires_at``: failed, error ``expired``
+    (with their on_failed hook's job when their type is in ``hooked``). ``{"id", "job_type",
+    "queue"}`` of each."""
+    return session.rows("janitor_expire_batch", limit=limit, hooked=list(hooked))
 
 
 def purge_done(session: Session, *, retention_seconds: float, limit: int) -> int:
