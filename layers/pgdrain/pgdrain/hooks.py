@@ -1,8 +1,8 @@
 """Dead-letter hooks: ``@pgdrain.job(..., on_failed=fn)``.
 
-Every statement that ends a job ``failed`` (the drain's finishing write, the janitor's after a
-lost lease, expiry) also inserts, for a type with a hook, a job of type ``pgdrain.on-failed``
-naming it: in the same statement, so once per failure, never lost and never doubled. The drain
+Every write that ends a job ``failed`` (the drain's finishing write, the janitor's after a lost
+lease, expiry) also inserts, for a type with a hook, a job of type ``pgdrain.on-failed`` naming
+it, in the same transaction: once per failure, never lost and never doubled. The drain
 runs that job like any other, with the handler installed here, which calls the hook with the
 failed job and its last error; a hook that raises is retried with backoff.
 """

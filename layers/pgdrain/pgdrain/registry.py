@@ -158,7 +158,7 @@ def job(
     ``on_failed(job, error)`` is called once for every job of this type that ends ``failed``:
     out of attempts, discarded, its lease lost once too often, expired. ``job`` is the failed
     job as ``pgdrain.get_job`` shows it, ``error`` its last error. It runs as a job of its own
-    (type ``pgdrain.on-failed``), enqueued by the statement that failed the job, and is retried
+    (type ``pgdrain.on-failed``), enqueued by the transaction that failed the job, and is retried
     like any job if it raises.
     """
     if not isinstance(job_type, str) or not job_type.strip():

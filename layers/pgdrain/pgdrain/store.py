@@ -145,8 +145,8 @@ def decode_json(text: str | None) -> tuple[Any, str | None]:
 def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] = ()
                 ) -> Written:
     """Write how claims ended, in one statement; ``stale`` lists those whose claim was lost.
-    A job of a type in ``hooked`` that ends failed gets its on_failed hook's job, inserted by
-    the same statement (pgdrain.hooks)."""
+    A job of a type in ``hooked`` that ends failed gets its on_failed hook's job, inserted in
+    the same transaction (pgdrain.hooks)."""
     if not finishes:
         return Written()
     if all(f.outcome is Outcome.DONE and f.result is None and f.error is None
@@ -154,17 +154,39 @@ def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] 
         rows = as_session(conn).rows("job_complete_batch", ids=[f.id for f in finishes],
                                      tokens=[f.lease_token for f in finishes])
         return _written([f.id for f in finishes], rows)
-    rows = as_session(conn).rows(
-        "job_finish_batch",
-        ids=[f.id for f in finishes],
-        tokens=[f.lease_token for f in finishes],
-        outcomes=[f.outcome.value for f in finishes],
-        delays=[f.delay_seconds for f in finishes],
-        errors=[None if f.error is None else error_text(f.error) for f in finishes],
-        results=[f.result for f in finishes],
-        hooked=list(hooked),
-    )
+    session = as_session(conn)
+    params = {"ids": [f.id for f in finishes], "tokens": [f.lease_token for f in finishes],
+              "outcomes": [f.outcome.value for f in finishes],
+              "delays": [f.delay_seconds for f in finishes],
+              "errors": [None if f.error is None else error_text(f.error) for f in finishes],
+              "results": [f.result for f in finishes]}
+    if not hooked or not any(f.outcome is Outcome.FAIL for f in finishes):
+        return _written([f.id for f in finishes], session.rows("job_finish_batch", **params))
+
+    def write() -> list[dict[str, Any]]:
+        rows = session.rows("job_finish_batch", **params)
+        insert_hooks(session, [r for r in rows if r["status"] == "failed"], hooked)
+        return rows
+
+    # A failure of a hooked type: its hook's job commits with it, or neither does.
+    if session.autocommitting():
+        with session.transaction():
+            rows = write()
+    else:
+        rows = write()
     return _written([f.id for f in finishes], rows)
+
+
+def insert_hooks(conn: Any, failed: Sequence[dict[str, Any]], hooked: Sequence[str]) -> None:
+    """Enqueue the dead-letter hooks of ``failed`` jobs (``id``, ``job_type``, ``queue`` and
+    ``last_error`` or ``error``) whose type is in ``hooked``; run it in the transaction that
+    failed them."""
+    rows = [r for r in failed if r["job_type"] in hooked]
+    if rows:
+        as_session(conn).rows("job_hooks_insert", ids=[r["id"] for r in rows],
+                              job_types=[r["job_type"] for r in rows],
+                              queues=[r["queue"] for r in rows],
+                              errors=[r.get("last_error", r.get("error")) for r in rows])
 
 
 def sync_controls(conn: Any, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
@@ -237,9 +259,11 @@ def purge_dead(session: Session, *, retention_seconds: float, limit: int) -> int
 def expire_pending(session: Session, *, limit: int, hooked: Sequence[str] = ()
                    ) -> list[dict[str, Any]]:
     """End up to ``limit`` pending jobs past their ``expires_at``: failed, error ``expired``
-    (with their on_failed hook's job when their type is in ``hooked``). ``{"id", "job_type",
-    "queue"}`` of each."""
-    return session.rows("janitor_expire_batch", limit=limit, hooked=list(hooked))
+    (with their on_failed hook's job when their type is in ``hooked``; run it inside a
+    transaction). ``{"id", "job_type", "queue"}`` of each."""
+    expired = session.rows("janitor_expire_batch", limit=limit)
+    insert_hooks(session, [{**r, "error": "expired"} for r in expired], hooked)
+    return expired
 
 
 def purge_done(session: Session, *, retention_seconds: float, limit: int) -> int:

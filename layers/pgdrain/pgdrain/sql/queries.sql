@@ -88,33 +88,24 @@ WHERE locktype = 'advisory'
 -- name: janitor_expire_batch
 -- End up to :limit pending jobs whose expires_at has passed (due or not): failed, with the
 -- error `expired` in last_error and errors, never started. Through jobs_expiring_idx, so a
--- queue without expiring jobs costs an empty index probe. Returns what ended, for the logs. A
--- type in :hooked gets its on_failed hook's job inserted by the same statement.
-WITH expired AS (
-    UPDATE jobs AS j
-    SET status      = 'failed',
-        finished_at = now(),
-        last_error  = 'expired',
-        errors      = j.errors || jsonb_build_array(jsonb_build_object(
-                          'attempt', j.attempts, 'at', now(), 'error', 'expired')),
-        updated_at  = now()
-    WHERE j.id = ANY(ARRAY(
-        SELECT id
-        FROM jobs
-        WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= now()
-        ORDER BY expires_at
-        LIMIT :limit::int
-        FOR UPDATE SKIP LOCKED
-    ))
-    RETURNING j.id, j.job_type, j.queue
-), hooks AS (
-    INSERT INTO jobs (job_type, payload, queue)
-    SELECT 'pgdrain.on-failed',
-           jsonb_build_object('job_id', id, 'job_type', job_type, 'error', 'expired'), queue
-    FROM expired
-    WHERE job_type = ANY(:hooked::text[])
-)
-SELECT id, job_type, queue FROM expired
+-- queue without expiring jobs costs an empty index probe. Returns what ended, for the logs
+-- and the dead-letter hooks.
+UPDATE jobs AS j
+SET status      = 'failed',
+    finished_at = now(),
+    last_error  = 'expired',
+    errors      = j.errors || jsonb_build_array(jsonb_build_object(
+                      'attempt', j.attempts, 'at', now(), 'error', 'expired')),
+    updated_at  = now()
+WHERE j.id = ANY(ARRAY(
+    SELECT id
+    FROM jobs
+    WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= now()
+    ORDER BY expires_at
+    LIMIT :limit::int
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING j.id, j.job_type, j.queue
 
 -- name: janitor_select_expired
 -- Running jobs whose lease ran out, oldest first, locked so that two janitors never decide
@@ -421,53 +412,42 @@ RETURNING id, dedupe_key, run_at <= now() AS due
 -- and fail keep the error, in last_error and as one more entry of errors. A job asked to stop
 -- while it ran (cancel_requested_at, job_cancel) ends cancelled instead of going back to
 -- pending; done and failed stay what they are. done stores the handler's result (JSON text,
--- or NULL), and with an error (why the result could not be stored) keeps it in last_error. A
--- job of a type in :hooked (an on_failed hook) that ends failed gets its hook's job inserted
--- by the same statement.
-WITH finished AS (
-    UPDATE jobs AS j
-    SET status           = CASE WHEN f.outcome = 'done' THEN 'done'
-                                WHEN f.outcome = 'fail' THEN 'failed'
-                                WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
-                                ELSE 'pending' END,
-        attempts         = CASE WHEN f.outcome IN ('snooze', 'release', 'refund')
-                                THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
-        lost_claims      = j.lost_claims + (f.outcome = 'refund')::int,
-        run_at           = CASE WHEN f.outcome IN ('retry', 'snooze')
-                                THEN now() + make_interval(secs => f.delay_seconds)
-                                WHEN f.outcome = 'refund' THEN now()
-                                ELSE j.run_at END,
-        finished_at      = CASE WHEN f.outcome IN ('done', 'fail')
-                                     OR j.cancel_requested_at IS NOT NULL THEN now()
-                                ELSE j.finished_at END,
-        last_error       = CASE WHEN f.outcome IN ('retry', 'fail') THEN f.error
-                                WHEN f.outcome = 'done' THEN coalesce(f.error, j.last_error)
-                                ELSE j.last_error END,
-        result           = CASE WHEN f.outcome = 'done' THEN f.result::jsonb ELSE j.result END,
-        errors           = CASE WHEN f.outcome IN ('retry', 'fail')
-                                THEN j.errors || jsonb_build_array(jsonb_build_object(
-                                    'attempt', j.attempts, 'at', now(), 'error', f.error))
-                                ELSE j.errors END,
-        lease_expires_at = NULL,
-        lease_token      = NULL,
-        started_at       = NULL,
-        updated_at       = now()
-    FROM unnest(:ids::bigint[], :tokens::uuid[], :outcomes::text[], :delays::float8[],
-                :errors::text[], :results::text[])
-         AS f(id, lease_token, outcome, delay_seconds, error, result)
-    WHERE j.id = f.id
-      AND j.status = 'running'
-      AND j.lease_token = f.lease_token
-    RETURNING j.id, j.job_type, j.queue, j.status, j.last_error
-), hooks AS (
-    -- A dead-letter hook's job, in the statement that ended the job failed: exactly once.
-    INSERT INTO jobs (job_type, payload, queue)
-    SELECT 'pgdrain.on-failed',
-           jsonb_build_object('job_id', id, 'job_type', job_type, 'error', last_error), queue
-    FROM finished
-    WHERE status = 'failed' AND job_type = ANY(:hooked::text[])
-)
-SELECT id FROM finished
+-- or NULL), and with an error (why the result could not be stored) keeps it in last_error.
+-- Returns what a dead-letter hook needs of each (job_hooks_insert).
+UPDATE jobs AS j
+SET status           = CASE WHEN f.outcome = 'done' THEN 'done'
+                            WHEN f.outcome = 'fail' THEN 'failed'
+                            WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                            ELSE 'pending' END,
+    attempts         = CASE WHEN f.outcome IN ('snooze', 'release', 'refund')
+                            THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+    lost_claims      = j.lost_claims + (f.outcome = 'refund')::int,
+    run_at           = CASE WHEN f.outcome IN ('retry', 'snooze')
+                            THEN now() + make_interval(secs => f.delay_seconds)
+                            WHEN f.outcome = 'refund' THEN now()
+                            ELSE j.run_at END,
+    finished_at      = CASE WHEN f.outcome IN ('done', 'fail')
+                                 OR j.cancel_requested_at IS NOT NULL THEN now()
+                            ELSE j.finished_at END,
+    last_error       = CASE WHEN f.outcome IN ('retry', 'fail') THEN f.error
+                            WHEN f.outcome = 'done' THEN coalesce(f.error, j.last_error)
+                            ELSE j.last_error END,
+    result           = CASE WHEN f.outcome = 'done' THEN f.result::jsonb ELSE j.result END,
+    errors           = CASE WHEN f.outcome IN ('retry', 'fail')
+                            THEN j.errors || jsonb_build_array(jsonb_build_object(
+                                'attempt', j.attempts, 'at', now(), 'error', f.error))
+                            ELSE j.errors END,
+    lease_expires_at = NULL,
+    lease_token      = NULL,
+    started_at       = NULL,
+    updated_at       = now()
+FROM unnest(:ids::bigint[], :tokens::uuid[], :outcomes::text[], :delays::float8[],
+            :errors::text[], :results::text[])
+     AS f(id, lease_token, outcome, delay_seconds, error, result)
+WHERE j.id = f.id
+  AND j.status = 'running'
+  AND j.lease_token = f.lease_token
+RETURNING j.id, j.job_type, j.queue, j.status, j.last_error
 
 -- name: job_get
 -- One job by id, with its lease and error history. The JSON columns come back as text, for
@@ -485,6 +465,17 @@ WHERE id = :id::bigint
 SELECT dedupe_key, id
 FROM jobs
 WHERE dedupe_key = ANY(:dedupe_keys::text[]) AND status IN ('pending', 'running')
+
+-- name: job_hooks_insert
+-- Dead-letter hooks' jobs (on_failed): one pgdrain.on-failed job per job that just ended
+-- failed, in the transaction that failed it (so once per failure). A role without INSERT on
+-- jobs never runs this unless hooks are declared.
+INSERT INTO jobs (job_type, payload, queue)
+SELECT 'pgdrain.on-failed',
+       jsonb_build_object('job_id', h.id, 'job_type', h.job_type, 'error', h.error), h.queue
+FROM unnest(:ids::bigint[], :job_types::text[], :queues::text[], :errors::text[])
+     WITH ORDINALITY AS h(id, job_type, queue, error, ord)
+ORDER BY h.ord
 
 -- name: job_key_lock
 -- Serialise the enqueues of one dedupe key (unique windows, debounce) until this transaction
