@@ -4,29 +4,15 @@ error, and retried when the hook itself raises."""
 
 from __future__ import annotations
 
-import time
-
 import pgdrain
-from pgdrain import Settings
-from pgdrain.db import Connector, connect
-from pgdrain.drain import drain
 from pgdrain.hooks import HOOK_JOB_TYPE
 from pgdrain.registry import Registry
-
-
-def clock(seconds: float):
-    deadline = time.monotonic() + seconds
-    return lambda: deadline - time.monotonic()
+from tests.support.drains import run_drain
 
 
 def run(database_url, registry, **settings):
-    connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
-    try:
-        defaults = {"backoff": pgdrain.Backoff(0, 0, jitter=0)}
-        return drain(connector, registry, Settings(**{**defaults, **settings}),
-                     time_left=clock(30))
-    finally:
-        connector.discard()
+    return run_drain(database_url, registry,
+                     **{"backoff": pgdrain.Backoff(0, 0, jitter=0), **settings})
 
 
 def hooked_registry(calls, *, flaky=False):

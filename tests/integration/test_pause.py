@@ -6,7 +6,6 @@ them run."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -15,11 +14,7 @@ from pgdrain import Settings
 from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
-
-
-def clock(seconds: float):
-    deadline = time.monotonic() + seconds
-    return lambda: deadline - time.monotonic()
+from tests.support.drains import clock, run_all
 
 
 def noop_registry() -> Registry:
@@ -70,7 +65,7 @@ def test_unknown_and_invalid_queues_are_refused_and_change_nothing(conn, sql):
         pgdrain.pause(conn, "emials")
     with pytest.raises(pgdrain.UnknownQueue):
         pgdrain.resume(conn, "emials")
-    for bad in ("", "   ", "x" * 201, "a\x00b", None, 7):
+    for bad in ("", "   ", "x" * 201, "a\x00b", "\ud800", None, 7):
         with pytest.raises(pgdrain.InvalidJobError, match="queue"):
             pgdrain.pause(conn, bad, new=True)
     assert sql("SELECT count(*) AS n FROM pgdrain_queues") == [{"n": 0}]
@@ -140,10 +135,7 @@ def test_a_paused_queue_is_never_claimed_across_a_thousand_drains(database_url, 
 
     threads = [threading.Thread(target=drains) for _ in range(8)] + [
         threading.Thread(target=enqueuer, args=(q,)) for q in ("paused", "open")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_all(threads)
     rows = sql("SELECT queue, status, count(*) AS n, max(attempts) AS tries FROM jobs "
                "GROUP BY queue, status ORDER BY queue, status")
     paused = [r for r in rows if r["queue"] == "paused"]

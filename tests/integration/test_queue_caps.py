@@ -15,11 +15,7 @@ from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
 from pgdrain.store import claim_capped
-
-
-def clock(seconds: float):
-    deadline = time.monotonic() + seconds
-    return lambda: deadline - time.monotonic()
+from tests.support.drains import clock, run_all
 
 
 def test_a_capped_queue_gives_out_only_its_room(conn, sql):
@@ -95,12 +91,10 @@ def test_sixteen_drains_never_run_more_than_the_cap(database_url, conn, sql):
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    drains = [threading.Thread(target=one) for _ in range(16)]
-    for t in drains:
-        t.start()
-    for t in drains:
-        t.join(60)
-    stop.set()
+    try:
+        run_all([threading.Thread(target=one) for _ in range(16)], timeout=60)
+    finally:
+        stop.set()
     sampler.join()
     assert max(seen) == 3, max(seen)
     assert len(seen) > 20

@@ -11,23 +11,9 @@ import time
 import pytest
 
 import pgdrain
-from pgdrain import Settings
-from pgdrain.db import Connector, connect
-from pgdrain.drain import drain
+from pgdrain.db import connect
 from pgdrain.registry import Registry
-
-
-def clock(seconds: float):
-    deadline = time.monotonic() + seconds
-    return lambda: deadline - time.monotonic()
-
-
-def run(database_url, registry, **settings):
-    connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
-    try:
-        return drain(connector, registry, Settings(**settings), time_left=clock(30))
-    finally:
-        connector.discard()
+from tests.support.drains import run_drain as run
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])

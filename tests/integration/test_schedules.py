@@ -5,7 +5,6 @@ that stop when renamed or removed."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -16,11 +15,7 @@ from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
 from pgdrain.scheduler import dedupe_key, enqueue_due
-
-
-def clock(seconds: float):
-    deadline = time.monotonic() + seconds
-    return lambda: deadline - time.monotonic()
+from tests.support.drains import clock, run_all
 
 
 def registry_with(*entries) -> Registry:
@@ -122,11 +117,7 @@ def test_eight_drains_racing_on_a_tick_enqueue_it_exactly_once(database_url, sql
         finally:
             connector.discard()
 
-    threads = [threading.Thread(target=one) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_all([threading.Thread(target=one) for _ in range(8)])
     jobs = sql("SELECT payload->>'kind' AS kind, run_at, count(*) AS n FROM jobs "
                "GROUP BY 1, 2 ORDER BY 1, 2")
     # One job per entry and tick (two ticks if the race straddled a minute).

@@ -16,6 +16,7 @@ from pgdrain.db import as_session, connect
 from pgdrain.http.requests import Limits
 from pgdrain.http.service import EnqueueApi, Request
 from pgdrain.registry import Registry
+from tests.support.drains import run_all
 
 
 def test_a_key_within_its_window_answers_the_earlier_job_whatever_its_state(conn):
@@ -90,11 +91,7 @@ def _race(database_url, enqueue_one) -> list:
         finally:
             c.close()
 
-    threads = [threading.Thread(target=one, args=(n,)) for n in range(24)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_all([threading.Thread(target=one, args=(n,)) for n in range(24)])
     assert errors == []
     return answers
 

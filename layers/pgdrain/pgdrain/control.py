@@ -14,19 +14,15 @@ from typing import Any
 
 from . import store
 from .db import as_session
+from .enqueue import text_field
 from .errors import InvalidJobError, UnknownQueue
 from .models import MAX_INT, MAX_TEXT
 
 
 def queue_name(queue: Any) -> str:
-    """``queue`` if it can name a queue (1 to 200 characters, not blank, no NUL), else
-    InvalidJobError naming the field ``queue``."""
-    if not isinstance(queue, str) or not queue.strip():
-        raise InvalidJobError("must be a non-empty string", field="queue")
-    if len(queue) > MAX_TEXT or "\x00" in queue:
-        raise InvalidJobError(f"must be at most {MAX_TEXT} characters, without NUL",
-                              field="queue")
-    return queue
+    """``queue`` if a job could name it (enqueue's own check: 1 to 200 characters, not blank,
+    no NUL, valid Unicode), else InvalidJobError naming the field ``queue``."""
+    return text_field("queue", queue, MAX_TEXT)
 
 
 def pause(conn: Any, queue: str, *, new: bool = False) -> dict[str, Any]:

@@ -304,8 +304,7 @@ def drain(
             "invocation could lose its jobs to the janitor")
     if isinstance(store, Connector):
         store = PostgresStore(store, settings.pool_size, registry.hooked_types())
-    if registry.hooked_types():
-        install_hooks(registry)
+    install_hooks(registry)
     run = _Drain(store, registry, settings, time_left, observer or _NullObserver(), start_left)
     run.launcher = launcher
     run.runner = runner

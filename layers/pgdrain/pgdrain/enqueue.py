@@ -83,6 +83,12 @@ def new_job(
     )
 
 
+def text_field(name: str, value: Any, limit: int) -> str:
+    """``value`` if it is what a job's text field ``name`` may hold, else InvalidJobError
+    naming the field (the check ``new_job`` runs; pgdrain.control names queues with it)."""
+    return _Checker(None).text(name, value, limit)
+
+
 def _windows(check: _Checker, dedupe_key: Any, unique_for: Any, debounce: Any, run_at: Any,
              delay_seconds: Any) -> tuple[float | None, float | None]:
     """``unique_for`` and ``debounce``, checked: each needs a dedupe_key and a positive
@@ -245,8 +251,7 @@ def _enqueue_validated(session: Session, batch: list[NewJob]) -> list[EnqueueRes
     """The batch's results in order: unique windows and debounces one at a time under their
     key's lock (in one fixed order, so two batches cannot deadlock on them), the rest in one
     insert. Runs inside a transaction when any job is windowed."""
-    windowed = sorted((i for i, job in enumerate(batch) if _windowed(job)),
-                      key=lambda i: (len(batch[i].dedupe_key or ""), batch[i].dedupe_key or ""))
+    windowed = [i for i in _insertion_order(batch) if _windowed(batch[i])]
     if not windowed:
         return _enqueue_plain(session, batch)
     results: list[EnqueueResult | None] = [None] * len(batch)

@@ -20,8 +20,9 @@ HOOK_JOB_TYPE = "pgdrain.on-failed"
 
 
 def install(registry: Registry) -> None:
-    """Register the handler of ``pgdrain.on-failed`` jobs in ``registry`` (once)."""
-    if HOOK_JOB_TYPE in registry:
+    """Register the handler of ``pgdrain.on-failed`` jobs in ``registry`` when a type there has
+    a hook (once)."""
+    if HOOK_JOB_TYPE in registry or not registry.hooked_types():
         return
 
     def call_hook(job: Job, conn: Any) -> None:

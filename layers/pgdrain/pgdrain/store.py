@@ -468,10 +468,9 @@ def set_queue(conn: Any, queue: str, *, max_running: int | None) -> dict[str, An
     return row
 
 
-def resume_queue(conn: Any, queue: str) -> dict[str, Any]:
-    """Resume ``queue``: ``{"queue", "paused_at": None}``."""
-    return as_session(conn).one("queue_resume", queue=queue) or {"queue": queue,
-                                                                  "paused_at": None}
+def resume_queue(conn: Any, queue: str) -> None:
+    """Resume ``queue`` (nothing to do for a queue never set)."""
+    as_session(conn).rows("queue_resume", queue=queue)
 
 
 def queue_states(conn: Any) -> list[dict[str, Any]]:

@@ -167,15 +167,10 @@ class EnqueueApi:
         a queue no job names and never paused; 422 for a name that cannot be a queue's."""
         from ..control import pause, resume
 
-        try:
-            state = pause(self.session(), queue) if paused else resume(self.session(), queue)
-        except UnknownQueue as exc:
-            raise ApiError(404, str(exc), {"queue": queue[:200]}) from None
-        except InvalidJobError as exc:
-            raise ApiError(422, str(exc), {"field": "queue"}) from None
-        view = {**state, "paused_at": state["paused_at"].isoformat()
-                if state["paused_at"] else None}
-        return Response(200, view, metrics={"QueuePauses" if paused else "QueueResumes": 1},
+        state = _queue_change(queue, lambda: (pause if paused else resume)(self.session(),
+                                                                          queue))
+        return Response(200, job_view(state),
+                        metrics={"QueuePauses" if paused else "QueueResumes": 1},
                         log=LogLine("info", "pause" if paused else "resume",
                                     {"queue": queue}))
 
@@ -185,16 +180,21 @@ class EnqueueApi:
         from ..control import set_queue
 
         settings = parse_queue_settings(body, base64_encoded=base64_encoded)
-        try:
-            state = set_queue(self.session(), queue, max_running=settings["max_running"])
-        except UnknownQueue as exc:
-            raise ApiError(404, str(exc), {"queue": queue[:200]}) from None
-        except InvalidJobError as exc:
-            raise ApiError(422, str(exc), {"field": exc.field}) from None
-        view = {**state, "paused_at": state["paused_at"].isoformat()
-                if state["paused_at"] else None}
-        return Response(200, view, metrics={"QueueSettingsChanged": 1},
+        state = _queue_change(queue, lambda: set_queue(
+            self.session(), queue, max_running=settings["max_running"]))
+        return Response(200, job_view(state), metrics={"QueueSettingsChanged": 1},
                         log=LogLine("info", "queue set", {"queue": queue, **settings}))
+
+
+def _queue_change(queue: str, change: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run a control's ``change`` of ``queue``; an unknown queue is a 404, a name or value
+    that cannot be one a 422 naming the field."""
+    try:
+        return change()
+    except UnknownQueue as exc:
+        raise ApiError(404, str(exc), {"queue": queue[:200]}) from None
+    except InvalidJobError as exc:
+        raise ApiError(422, str(exc), {"field": exc.field}) from None
 
 
 def job_id(raw: str) -> int:
@@ -206,7 +206,8 @@ def job_id(raw: str) -> int:
 
 
 def job_view(job: dict[str, Any]) -> dict[str, Any]:
-    """A job as the API shows it: timestamps in ISO 8601, the lease token kept back."""
+    """A job (or a queue's state) as the API shows it: timestamps in ISO 8601, the lease token
+    kept back."""
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in job.items()
             if k != "lease_token"}
 

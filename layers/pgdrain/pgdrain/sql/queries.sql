@@ -779,12 +779,10 @@ SET paused_at = coalesce(q.paused_at, now()), updated_at = now()
 RETURNING q.queue, q.paused_at
 
 -- name: queue_resume
--- Resume :queue: claims take its jobs again. Returns the queue's state (no row: it had never
--- been set, so it was not paused).
+-- Resume :queue: claims take its jobs again (a queue never set has no row: nothing to do).
 UPDATE pgdrain_queues
 SET paused_at = NULL, updated_at = now()
 WHERE queue = :queue::text
-RETURNING queue, paused_at
 
 -- name: queue_set
 -- Set :queue's cap (:max_running, NULL for none), creating its row if needed. Returns its

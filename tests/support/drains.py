@@ -1,0 +1,44 @@
+"""Drains run from a test against PostgreSQL: an invocation's clock, one drain on a connection of
+its own (as a Lambda container has), and threads started together and joined within a bound."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pgdrain import Settings
+from pgdrain.db import Connector, connect
+from pgdrain.drain import DrainSummary, drain
+from pgdrain.registry import Registry
+
+
+def clock(seconds: float) -> Callable[[], float]:
+    """A ``time_left`` that runs out ``seconds`` from now."""
+    deadline = time.monotonic() + seconds
+    return lambda: deadline - time.monotonic()
+
+
+def connector_to(database_url: str) -> Connector:
+    return Connector(lambda timeout=None: connect(database_url, timeout=timeout))
+
+
+def run_drain(database_url: str, registry: Registry, seconds: float = 30.0,
+              **settings: Any) -> DrainSummary:
+    """One drain invocation of ``seconds`` with ``settings``, on a connection of its own."""
+    connector = connector_to(database_url)
+    try:
+        return drain(connector, registry, Settings(**settings), time_left=clock(seconds))
+    finally:
+        connector.discard()
+
+
+def run_all(threads: Sequence[threading.Thread], timeout: float = 120.0) -> None:
+    """Start ``threads`` together and wait for them all, at most ``timeout`` in all."""
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "threads still running after the bound"
