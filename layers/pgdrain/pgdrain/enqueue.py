@@ -93,6 +93,8 @@ def _windows(check: _Checker, dedupe_key: Any, unique_for: Any, debounce: Any, r
              delay_seconds: Any) -> tuple[float | None, float | None]:
     """``unique_for`` and ``debounce``, checked: each needs a dedupe_key and a positive
     number of seconds; they exclude each other, and debounce sets the delay itself."""
+    if unique_for is None and debounce is None:
+        return None, None  # most jobs: nothing to check
     for name, value in (("unique_for", unique_for), ("debounce", debounce)):
         if value is not None:
             if dedupe_key is None:
@@ -251,9 +253,9 @@ def _enqueue_validated(session: Session, batch: list[NewJob]) -> list[EnqueueRes
     """The batch's results in order: unique windows and debounces one at a time under their
     key's lock (in one fixed order, so two batches cannot deadlock on them), the rest in one
     insert. Runs inside a transaction when any job is windowed."""
-    windowed = [i for i in _insertion_order(batch) if _windowed(batch[i])]
-    if not windowed:
+    if not any(_windowed(job) for job in batch):
         return _enqueue_plain(session, batch)
+    windowed = [i for i in _insertion_order(batch) if _windowed(batch[i])]
     results: list[EnqueueResult | None] = [None] * len(batch)
     for i in windowed:
         results[i] = _enqueue_windowed(session, batch[i])
