@@ -109,7 +109,8 @@ def _read_line(fd: int) -> bytes:
 
 def claim_sql(batch: int) -> str:
     """The catalogue's claim statement with literal values, for EXPLAIN."""
-    values = {"queues": "NULL", "batch_size": str(batch), "lease_seconds": str(LEASE_SECONDS)}
+    values = {"queues": "NULL", "limited_types": "NULL", "batch_size": str(batch),
+              "lease_seconds": str(LEASE_SECONDS)}
     return PARAM.sub(lambda m: values[m[1]], QUERIES["job_claim_batch"])
 
 
@@ -169,7 +170,7 @@ def timed_claims(conn: Any, batch: int, runs: int) -> list[float]:
         conn.run("BEGIN")
         started = time.perf_counter()
         session.rows("job_claim_batch", batch_size=batch, lease_seconds=LEASE_SECONDS,
-                     queues=None)
+                     queues=None, limited_types=None)
         times.append((time.perf_counter() - started) * 1000)
         conn.run("ROLLBACK")
     return times

@@ -24,7 +24,7 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 DEFAULTS = ["job_purge_dead_batch=retention_seconds=2592000,limit=1000",
             "job_purge_finished_batch=status='failed',older_than_seconds=2592000,limit=1000",
             "janitor_expire_batch=limit=100",
-            "job_claim_batch=batch_size=100,lease_seconds=60,queues=NULL"]
+            "job_claim_batch=batch_size=100,lease_seconds=60,queues=NULL,limited_types=NULL"]
 
 
 def explain(conn: Any, name: str, literals: dict[str, str]) -> tuple[int, float, list[str]]:

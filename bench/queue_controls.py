@@ -1,8 +1,11 @@
 """What queue controls cost the claim: jobs/s of a bare claim-and-complete loop (batches of
 100) over one queue, with nothing set; with another queue paused holding a backlog of due jobs
-ahead of this one's in the claim's index; and with this queue capped (its jobs then come
-through claim_capped: a transaction that locks the queue's row and counts its running jobs),
-at a cap that never binds (10,000) and at one that does (100).
+ahead of this one's in the claim's index; with this queue capped or rate-limited (its jobs then
+come through claim_controlled: a transaction that locks the queue's row, reads its room and
+writes its rate window), at limits that never bind and at ones that do; with the jobs spread
+over 1,000 ordering keys; and with the jobs naming 10 tenants (the fair claim). Then the wait
+of a small tenant's job behind a flood of 100,000 from another: how many claims of 100 go by
+before it is claimed, and the first fair claim's time.
 
     .venv/bin/python bench/queue_controls.py [--jobs 20000] [--paused 10000 100000] [--rounds 3]
 
@@ -15,31 +18,48 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import dataclass
 
 import pgdrain
 from pgdrain.db import connect
 from pgdrain.migrate import migrate
-from pgdrain.store import claim_capped
+from pgdrain.store import claim_controlled
 from pgdrain_dev.embedded import scratch_database
 
 
-def one_round(conn, jobs: int, paused: int, cap: int | None = None) -> float:
+@dataclass(frozen=True)
+class Case:
+    paused: int = 0
+    cap: int | None = None
+    rate: str | None = None
+    keys: int = 0
+    """Jobs spread over this many ordering keys, enqueued round-robin (key i, job n)."""
+    tenants: int = 0
+
+
+def one_round(conn, jobs: int, case: Case) -> float:
     conn.run("TRUNCATE jobs")
     conn.run("DELETE FROM pgdrain_queues")
-    if paused:
+    if case.paused:
         # Older and so first in the claim's index: every claim of the open queue skips them.
         conn.run("INSERT INTO jobs (job_type, queue, run_at) SELECT 'noop', 'paused', "
-                 "now() - interval '1 hour' FROM generate_series(1, :n)", n=paused)
+                 "now() - interval '1 hour' FROM generate_series(1, :n)", n=case.paused)
         pgdrain.pause(conn, "paused")
-    conn.run("INSERT INTO jobs (job_type, queue) SELECT 'noop', 'open' "
-             "FROM generate_series(1, :n)", n=jobs)
-    if cap is not None:
-        pgdrain.set_queue(conn, "open", max_running=cap)
+    conn.run("INSERT INTO jobs (job_type, queue, ordering_key, tenant) "
+             "SELECT 'noop', 'open', CASE WHEN :keys > 0 THEN 'key-' || (i % :keys) END, "
+             "CASE WHEN :tenants > 0 THEN 'tenant-' || (i % :tenants) END "
+             "FROM generate_series(1, :n) AS i", n=jobs, keys=case.keys, tenants=case.tenants)
+    if case.cap is not None or case.rate is not None:
+        pgdrain.set_queue(conn, "open", max_running=case.cap, rate=case.rate)
     conn.run("VACUUM ANALYZE jobs")
-    claim = pgdrain.claim if cap is None else claim_capped
+    controlled = case.cap is not None or case.rate is not None
     start, done = time.perf_counter(), 0
     while done < jobs:
-        claimed = claim(conn, batch_size=100, lease_seconds=60)
+        if controlled:
+            claimed = claim_controlled(conn, batch_size=100, lease_seconds=60).jobs
+        else:
+            claimed = pgdrain.claim(conn, batch_size=100, lease_seconds=60,
+                                    fair=bool(case.tenants))
         if not claimed:
             break
         pgdrain.complete(conn, claimed)
@@ -47,23 +67,52 @@ def one_round(conn, jobs: int, paused: int, cap: int | None = None) -> float:
     return done / (time.perf_counter() - start)
 
 
+def small_tenant_wait(conn, flood: int) -> tuple[int, float]:
+    """A flood of ``flood`` due jobs from one tenant, then one job from another: the claims
+    of 100 that go by before the small tenant's job is claimed, and the first claim's ms."""
+    conn.run("TRUNCATE jobs")
+    conn.run("DELETE FROM pgdrain_queues")
+    conn.run("INSERT INTO jobs (job_type, tenant, run_at) SELECT 'noop', 'flood', "
+             "now() - interval '1 minute' FROM generate_series(1, :n)", n=flood)
+    small = pgdrain.enqueue(conn, "noop", tenant="small").id
+    conn.run("VACUUM ANALYZE jobs")
+    claims, first_ms = 0, 0.0
+    while True:
+        started = time.perf_counter()
+        claimed = pgdrain.claim(conn, batch_size=100, lease_seconds=60, fair=True)
+        first_ms = first_ms or (time.perf_counter() - started) * 1000
+        claims += 1
+        if not claimed or small in {j.id for j in claimed}:
+            return claims, first_ms
+        pgdrain.complete(conn, claimed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--paused", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--flood", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    cases = {"nothing set": (0, None),
-             **{f"another queue paused, {n:,} due jobs ahead": (n, None) for n in args.paused},
-             "capped at 10,000 (never binds)": (0, 10_000), "capped at 100": (0, 100)}
+    cases = {"nothing set": Case(),
+             **{f"another queue paused, {n:,} due jobs ahead": Case(paused=n)
+                for n in args.paused},
+             "capped at 10,000 (never binds)": Case(cap=10_000),
+             "capped at 100": Case(cap=100),
+             "rate 10,000/s (never binds)": Case(rate="10000/s"),
+             "cap 10,000 and rate 10,000/s": Case(cap=10_000, rate="10000/s"),
+             "1,000 ordering keys": Case(keys=1000),
+             "10 tenants (fair claim)": Case(tenants=10),
+             "1,000 tenants (fair claim)": Case(tenants=1000)}
     with scratch_database("controls") as url:
         conn = connect(url)
         try:
             migrate(conn)
             rates: dict[str, list[float]] = {name: [] for name in cases}
             for _ in range(args.rounds):  # interleaved: the machine's noise hits every case
-                for name, (paused, cap) in cases.items():
-                    rates[name].append(one_round(conn, args.jobs, paused, cap))
+                for name, case in cases.items():
+                    rates[name].append(one_round(conn, args.jobs, case))
+            waits = [small_tenant_wait(conn, args.flood) for _ in range(args.rounds)]
         finally:
             conn.close()
     base = statistics.median(rates["nothing set"])
@@ -71,6 +120,9 @@ def main() -> None:
     for name, values in rates.items():
         median = statistics.median(values)
         print(f"| {name} | {median:,.0f} | {median / base:.2f} |")
+    print(f"\nsmall tenant behind a flood of {args.flood:,}: claimed in claim "
+          f"{max(c for c, _ in waits)} (worst of {len(waits)}); first fair claim "
+          f"{statistics.median(ms for _, ms in waits):.1f} ms (median)")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def test_invalid_batch_event_inserts_nothing(app, sql):
         ({"body": {"job_type": "test-noop", "kind": "x"}}, 422,
          {"error": "kind: unknown field; a job has job_type, payload, run_at, delay_seconds, "
                    "priority, queue, max_attempts, expires_at, ttl_seconds, dedupe_key, "
-                   "unique_for, debounce",
+                   "unique_for, debounce, ordering_key, tenant",
           "details": {"field": "kind"}}),
         ({"body": {"job_type": "test-noop", "payload": [1]}}, 422,
          {"error": "payload: must be a JSON object", "details": {"field": "payload"}}),
@@ -270,19 +270,28 @@ def test_pause_and_resume_routes(app, conn):
     assert len(pgdrain.claim(conn, batch_size=10, lease_seconds=60)) == 2
 
 
-def test_set_queue_route_caps_a_queue(app, conn, sql):
+def test_set_queue_route_caps_and_rate_limits_a_queue(app, conn, sql):
     pgdrain.enqueue(conn, "test-noop", queue="emails")
     status, body, _ = call(app, load_event("queue_set.json"))
     assert (status, body) == (200, {"queue": "emails", "paused": False, "paused_at": None,
-                                    "max_running": 3})
+                                    "max_running": 3, "rate": "10/s"})
     for bad, code in (('{"max_running": 0}', 422), ('{"max_running": "3"}', 422),
-                      ('{"max": 3}', 422), ("{}", 422), ("[3]", 422), ("{", 400)):
+                      ('{"max": 3}', 422), ("{}", 422), ("[3]", 422), ("{", 400),
+                      ('{"rate": "0/min"}', 422), ('{"rate": 10}', 422),
+                      ('{"rate": "10/fortnight"}', 422), ('{"rate": "20000/s"}', 422),
+                      ('{"max_running": 2, "rate": "0/s"}', 422)):
         status, body, _ = call(app, {**load_event("queue_set.json"), "body": bad})
         assert status == code, (bad, body)
-    assert sql("SELECT max_running FROM pgdrain_queues") == [{"max_running": 3}]
+        if code == 422:
+            assert body.get("details", body).get("field") in ("max_running", "rate", "max") \
+                or bad == "[3]", body
+    assert sql("SELECT max_running, rate_limit, rate_period FROM pgdrain_queues") == [
+        {"max_running": 3, "rate_limit": 10, "rate_period": 1.0}]
     status, body, _ = call(app, {**load_event("queue_set.json"),
                                  "body": '{"max_running": null}'})
-    assert (status, body["max_running"]) == (200, None)
+    assert (status, body["max_running"], body["rate"]) == (200, None, "10/s")
+    status, body, _ = call(app, {**load_event("queue_set.json"), "body": '{"rate": null}'})
+    assert (status, body["max_running"], body["rate"]) == (200, None, None)
 
 
 def test_pausing_an_unknown_queue_is_a_404_and_changes_nothing(app, conn, sql):

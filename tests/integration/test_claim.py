@@ -73,6 +73,7 @@ def test_claim_uses_the_pending_index_with_a_large_history(conn, sql):
     pgdrain.enqueue_many(conn, [{"job_type": "x"}] * 5)
     sql("ANALYZE jobs")
     statement = QUERIES["job_claim_batch"].replace(":queues::text[]", "NULL::text[]") \
+        .replace(":limited_types::text[]", "NULL::text[]") \
         .replace(":batch_size::int", "10").replace(":lease_seconds::float8", "60")
     plan = "\n".join(r["QUERY PLAN"] for r in sql("EXPLAIN " + statement))
     assert "jobs_pending_idx" in plan

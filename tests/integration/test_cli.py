@@ -560,7 +560,8 @@ def test_queue_set_caps_a_queue_and_none_lifts_it(database_url, conn):
     pgdrain.enqueue(conn, "call-api", queue="partner")
     result = pgdrain_cli(database_url, "queue", "set", "partner", "--max-running", "3")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "queue 'partner': at most 3 running across all drains"
+    assert result.stdout.strip() == ("queue 'partner': at most 3 running across all drains; "
+                                     "no rate limit")
     assert "queue 'partner' is capped at 3 running" in pgdrain_cli(database_url,
                                                                   "stats").stdout
     data = json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)
@@ -573,3 +574,29 @@ def test_queue_set_caps_a_queue_and_none_lifts_it(database_url, conn):
         assert refused.returncode == 2 and "a cap is a whole number from 1" in refused.stderr
     typo = pgdrain_cli(database_url, "queue", "set", "partnr", "--max-running", "3")
     assert typo.returncode == 2 and "no queue 'partnr'" in typo.stderr
+
+
+def test_queue_set_rate_limits_a_queue_keeps_its_cap_and_refuses_bad_rates(database_url, conn):
+    pgdrain.enqueue(conn, "call-api", queue="partner")
+    assert pgdrain_cli(database_url, "queue", "set", "partner", "--max-running", "3"
+                       ).returncode == 0
+    result = pgdrain_cli(database_url, "queue", "set", "partner", "--rate", "10/s")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ("queue 'partner': at most 3 running across all drains; "
+                                     "at most 10/s starts across all drains")
+    assert "queue 'partner' is limited to 10/s starts" in pgdrain_cli(database_url,
+                                                                     "stats").stdout
+    assert json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)["rates"] == {
+        "partner": "10/s"}
+    for bad, why in (("0/min", "from 1 to 10000"), ("10", "not a rate"),
+                     ("5/fortnight", "unknown period"), ("1.5/s", "not a rate")):
+        refused = pgdrain_cli(database_url, "queue", "set", "partner", "--rate", bad)
+        assert refused.returncode == 2 and why in refused.stderr, refused.stderr
+    state = json.loads(pgdrain_cli(database_url, "queue", "set", "partner", "--json",
+                                   "--rate", "100/min").stdout)
+    assert (state["max_running"], state["rate"]) == (3, "100/min")
+    neither = pgdrain_cli(database_url, "queue", "set", "partner")
+    assert neither.returncode == 2 and "give --max-running, --rate or both" in neither.stderr
+    lifted = json.loads(pgdrain_cli(database_url, "queue", "set", "partner", "--json",
+                                    "--rate", "none").stdout)
+    assert (lifted["max_running"], lifted["rate"]) == (3, None)

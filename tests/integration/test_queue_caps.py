@@ -14,7 +14,7 @@ from pgdrain import Settings
 from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
-from pgdrain.store import claim_capped
+from pgdrain.store import claim_controlled
 from tests.support.drains import clock, run_all
 
 
@@ -25,11 +25,11 @@ def test_a_capped_queue_gives_out_only_its_room(conn, sql):
     assert (state["max_running"], state["paused"]) == (2, False)
     # The plain claim leaves the capped queue alone.
     assert [j.id for j in pgdrain.claim(conn, batch_size=10, lease_seconds=60)] == [other]
-    first = claim_capped(conn, batch_size=10, lease_seconds=60)
+    first = claim_controlled(conn, batch_size=10, lease_seconds=60).jobs
     assert [j.id for j in first] == ids[:2]
-    assert claim_capped(conn, batch_size=10, lease_seconds=60) == []
+    assert claim_controlled(conn, batch_size=10, lease_seconds=60).jobs == []
     pgdrain.complete(conn, first[:1])
-    assert [j.id for j in claim_capped(conn, batch_size=10, lease_seconds=60)] == [ids[2]]
+    assert [j.id for j in claim_controlled(conn, batch_size=10, lease_seconds=60).jobs] == [ids[2]]
     # Over the cap: still pending, no attempt spent.
     rows = sql("SELECT status, attempts FROM jobs WHERE id = ANY(:ids) ORDER BY id",
                ids=ids[3:])
@@ -43,7 +43,7 @@ def test_a_paused_capped_queue_is_not_claimed(conn):
     pgdrain.enqueue(conn, "call-api", queue="partner")
     pgdrain.set_queue(conn, "partner", max_running=5)
     pgdrain.pause(conn, "partner")
-    assert claim_capped(conn, batch_size=10, lease_seconds=60) == []
+    assert claim_controlled(conn, batch_size=10, lease_seconds=60).jobs == []
     assert pgdrain.claim(conn, batch_size=10, lease_seconds=60) == []
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from pgdrain.models import Finish, JanitorResult, Job, Outcome, Written
 from pgdrain.policy import DEFAULT_POLICY, Fail, Refund, after_lost_lease
+from pgdrain.store import ControlledClaim
 
 
 @dataclass
@@ -31,6 +32,9 @@ class FakeStore:
     connected: bool = False
     slots_taken: set[int] = field(default_factory=set)
     """Drain slots held (by this drain, or set by a test as other drains')."""
+    controlled: bool = False
+    """What the janitor says of caps and rates: True, and the drain runs claim_controlled."""
+    rate_holds: list[float] = field(default_factory=list)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     # --- the test's side ---------------------------------------------------------------------
@@ -90,7 +94,7 @@ class FakeStore:
             reclaimed += 1
         alone = any(j["status"] == "pending" and j["lost_claims"] for j in self.jobs.values())
         return JanitorResult(ran=True, reclaimed=reclaimed, failed=failed, refunded=refunded,
-                             alone_due=alone)
+                             alone_due=alone, controlled=self.controlled)
 
     def vacuum_if_due(self, settings: Any) -> bool:
         self._step("vacuum_if_due")
@@ -105,15 +109,21 @@ class FakeStore:
         return set()
 
     def claim(self, *, batch_size: int, lease_seconds: float,
-              queues: Sequence[str] | None) -> list[Job]:
+              queues: Sequence[str] | None, fair: bool = False) -> list[Job]:
         self._step("claim")
         due = self._due(queues, alone=False)
         return [self._claim(j, lease_seconds, started=False) for j in due[:batch_size]]
 
-    def claim_capped(self, *, batch_size: int, lease_seconds: float,
-                     queues: Sequence[str] | None) -> list[Job]:
-        self._step("claim_capped")
-        return []  # no caps here: the janitor says none (tests of caps run on PostgreSQL)
+    def claim_controlled(self, *, batch_size: int, lease_seconds: float,
+                         queues: Sequence[str] | None) -> ControlledClaim:
+        """No caps here (tests of caps and rates run on PostgreSQL); ``rate_holds`` scripts
+        what a rate limit answers: the seconds until it frees, one answer per claim."""
+        self._step("claim_controlled")
+        return ControlledClaim([], self.rate_holds.pop(0) if self.rate_holds else None)
+
+    def tenanted(self) -> bool:
+        self._step("tenanted")
+        return False
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
         self._step("claim_alone")

@@ -343,3 +343,23 @@ def _failing_at(store: FakeStore, name: str, error: BaseException):
             raise error
 
     return failing
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_rate_that_frees_in_time_is_waited_for_not_polled(registry, concurrency):
+    """Only rate-limited work: the drain sleeps until the window frees, claims once more, and
+    stops when nothing is held back any longer: two controlled claims, not a loop of them."""
+    store = FakeStore(controlled=True, rate_holds=[0.05])
+    summary = run(store, registry, 10, concurrency=concurrency)
+    assert summary.stopped == "empty"
+    assert store.calls.count("claim_controlled") == 2
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_rate_that_frees_too_late_stops_the_drain_early(registry, concurrency):
+    store = FakeStore(controlled=True, rate_holds=[30.0])
+    started = time.monotonic()
+    summary = run(store, registry, 10, concurrency=concurrency)
+    assert summary.stopped == "rate_limited"
+    assert store.calls.count("claim_controlled") == 1
+    assert time.monotonic() - started < 5  # it returned, not slept or polled to its deadline

@@ -1,6 +1,7 @@
 """Operators' controls on a queue, kept in the database so that every drain obeys them at
 once: pause and resume (``pgdrain pause``/``resume``, ``POST /queues/{queue}/pause``), and a
-concurrency cap (``pgdrain queue set QUEUE --max-running N``, ``PUT /queues/{queue}``).
+concurrency cap and a rate limit (``pgdrain queue set QUEUE --max-running N --rate 10/s``,
+``PUT /queues/{queue}``).
 
 A paused queue keeps accepting jobs; no claim that starts after the pause commits takes its
 jobs, and jobs already running finish. A claim already under way when the pause commits may
@@ -16,6 +17,7 @@ from . import store
 from .db import as_session
 from .enqueue import text_field
 from .errors import InvalidJobError, UnknownQueue
+from .flow import RateError, parse_rate
 from .models import MAX_INT, MAX_TEXT
 
 
@@ -47,25 +49,42 @@ def resume(conn: Any, queue: str) -> dict[str, Any]:
     return {"queue": name, "paused": False, "paused_at": None}
 
 
-def set_queue(conn: Any, queue: str, *, max_running: Any, new: bool = False
-              ) -> dict[str, Any]:
-    """Cap ``queue`` at ``max_running`` jobs running across all drains (None: no cap);
-    returns ``{"queue", "paused", "paused_at", "max_running"}``. A cap lower than what runs
+UNCHANGED: Any = object()
+"""``set_queue``'s default: leave that setting as it is."""
+
+
+def set_queue(conn: Any, queue: str, *, max_running: Any = UNCHANGED, rate: Any = UNCHANGED,
+              new: bool = False) -> dict[str, Any]:
+    """Cap ``queue`` at ``max_running`` jobs running across all drains, and/or limit it to
+    ``rate`` starts per period (``"10/s"``, ``"100/min"``: at most that many in any such
+    window, across all drains); None lifts either, a setting not given stays. Returns
+    ``{"queue", "paused", "paused_at", "max_running", "rate"}``. A cap lower than what runs
     now lets those finish and starts no more until the queue is below it. An unknown queue
-    raises UnknownQueue unless ``new``; a cap that is not a whole number from 1 up,
-    InvalidJobError (field ``max_running``)."""
-    if max_running is not None and (isinstance(max_running, bool) or
-                                    not isinstance(max_running, int) or
-                                    not 1 <= max_running <= MAX_INT):
+    raises UnknownQueue unless ``new``; a cap that is not a whole number from 1 up or a rate
+    that is not ``N/period`` (N from 1), InvalidJobError naming the field; nothing changes."""
+    if max_running is UNCHANGED and rate is UNCHANGED:
+        raise InvalidJobError("give max_running, rate or both", field="max_running")
+    if max_running not in (None, UNCHANGED) and (isinstance(max_running, bool) or
+                                                 not isinstance(max_running, int) or
+                                                 not 1 <= max_running <= MAX_INT):
         raise InvalidJobError(f"must be a whole number from 1 to {MAX_INT} (to stop the "
                               "queue, pause it), or none", field="max_running")
+    limit = None
+    if rate not in (None, UNCHANGED):
+        try:
+            limit = parse_rate(rate)
+        except RateError as exc:
+            raise InvalidJobError(str(exc), field="rate") from None
     session = as_session(conn)
     name = queue_name(queue)
     if not new:
         _known(session, name)
-    row = store.set_queue(session, name, max_running=max_running)
+    row = store.set_queue(session, name, set_cap=max_running is not UNCHANGED,
+                          max_running=None if max_running is UNCHANGED else max_running,
+                          set_rate=rate is not UNCHANGED, rate=limit)
     return {"queue": row["queue"], "paused": row["paused_at"] is not None,
-            "paused_at": row["paused_at"], "max_running": row["max_running"]}
+            "paused_at": row["paused_at"], "max_running": row["max_running"],
+            "rate": row["rate"]}
 
 
 def paused_queues(conn: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import math
 import queue
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
@@ -35,6 +35,7 @@ from .errors import (
     Discard,
     HandlerTimeout,
 )
+from .flow import Rate
 from .hooks import install as install_hooks
 from .janitor import run_janitor, vacuum_if_due
 from .models import Finish, JanitorResult, Job, Outcome, Written
@@ -44,6 +45,7 @@ from .results import encode_result
 from .runner import DURATIONS, Runner, Task, runner
 from .scheduler import enqueue_due
 from .settings import Settings
+from .store import ControlledClaim
 from .timeouts import TimeLimits
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,12 @@ IO_SHARE_OF_MARGIN = 0.5
 
 # A claim also takes the jobs its pace says will finish while the next claim is on its way.
 CLAIM_AHEAD_SECONDS = 0.05
+# A wait for a rate window ends this much after the window frees, so that the claim after it
+# does not come a hair too early by the database's clock.
+RATE_WAIT_SLACK_SECONDS = 0.01
+# A drain that did not see tenants at its start looks again at most this often (when a claim
+# comes back short): a tenant's flood that comes later is shared fairly within a second.
+TENANT_LOOK_SECONDS = 1.0
 
 # After a worker thread's time limit ran out, it has this long to stop before its job is
 # recorded as timed out without it (and the thread counted as a runaway).
@@ -159,12 +167,17 @@ class DrainStore(Protocol):
         """Write running jobs' progress (None: no report) and return those asked to stop."""
 
     def claim(self, *, batch_size: int, lease_seconds: float,
-              queues: Sequence[str] | None) -> list[Job]: ...
+              queues: Sequence[str] | None, fair: bool = False) -> list[Job]:
+        """The plain claim (``fair``: from each tenant in turn), leaving rate-limited types
+        and capped or rate-limited queues to ``claim_controlled``."""
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None: ...
 
-    def claim_capped(self, *, batch_size: int, lease_seconds: float,
-                     queues: Sequence[str] | None) -> list[Job]: ...
+    def claim_controlled(self, *, batch_size: int, lease_seconds: float,
+                         queues: Sequence[str] | None) -> ControlledClaim: ...
+
+    def tenanted(self) -> bool:
+        """Whether pending jobs name tenants."""
 
     def finish_many(self, finishes: Sequence[Finish]) -> Written: ...
 
@@ -183,7 +196,9 @@ class DrainStore(Protocol):
 
     def drains_running(self) -> int: ...
 
-    def due(self, *, limit: int, queues: Sequence[str] | None) -> int: ...
+    def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
+        """Due jobs more drains could take (not those a cap or a rate holds), up to
+        ``limit``."""
 
 
 class Launcher(Protocol):
@@ -199,10 +214,14 @@ class Launcher(Protocol):
 class PostgresStore:
     """The drain's store on PostgreSQL: the catalogue's statements on a ``Connector``."""
 
-    def __init__(self, connector: Connector, pool_size: int = 0, hooked: Sequence[str] = ()):
+    def __init__(self, connector: Connector, pool_size: int = 0, hooked: Sequence[str] = (),
+                 type_rates: Mapping[str, Rate] | None = None):
         self.connector = connector
         self.pool = connector.pool(pool_size)
         self.hooked = tuple(hooked)
+        self.type_rates = dict(type_rates or {})
+        self.limited_types = sorted(self.type_rates)
+        self.rates_declared = False
         """Job types with an on_failed hook: a failed write inserts the hook's job."""
 
     @property
@@ -231,17 +250,25 @@ class PostgresStore:
         return pgstore.sync_controls(self.session(), jobs, progress)
 
     def claim(self, *, batch_size: int, lease_seconds: float,
-              queues: Sequence[str] | None) -> list[Job]:
+              queues: Sequence[str] | None, fair: bool = False) -> list[Job]:
         return pgstore.claim(self.session(), batch_size=batch_size, lease_seconds=lease_seconds,
-                           queues=queues)
+                             queues=queues, limited_types=self.limited_types, fair=fair)
 
-    def claim_capped(self, *, batch_size: int, lease_seconds: float,
-                     queues: Sequence[str] | None) -> list[Job]:
-        return pgstore.claim_capped(self.session(), batch_size=batch_size,
-                                    lease_seconds=lease_seconds, queues=queues)
+    def claim_controlled(self, *, batch_size: int, lease_seconds: float,
+                         queues: Sequence[str] | None) -> ControlledClaim:
+        if not self.rates_declared:
+            pgstore.declare_type_rates(self.session(), self.type_rates)
+            self.rates_declared = True
+        return pgstore.claim_controlled(self.session(), batch_size=batch_size,
+                                        lease_seconds=lease_seconds, queues=queues,
+                                        type_rates=self.type_rates)
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
-        return pgstore.claim_alone(self.session(), lease_seconds=lease_seconds, queues=queues)
+        return pgstore.claim_alone(self.session(), lease_seconds=lease_seconds, queues=queues,
+                                   limited_types=self.limited_types)
+
+    def tenanted(self) -> bool:
+        return pgstore.tenanted(self.session())
 
     def finish_many(self, finishes: Sequence[Finish]) -> Written:
         return pgstore.finish_many(self.session(), finishes, hooked=self.hooked)
@@ -265,7 +292,8 @@ class PostgresStore:
         return pgstore.drains_running(self.session())
 
     def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
-        return pgstore.due_count(self.session(), limit=limit, queues=queues)
+        return pgstore.due_count(self.session(), limit=limit, queues=queues,
+                                 limited_types=self.limited_types)
 
 
 class _StaleClaim(Exception):
@@ -303,7 +331,8 @@ def drain(
             f"function timeout ({start_left:.0f} s left at start): otherwise a live "
             "invocation could lose its jobs to the janitor")
     if isinstance(store, Connector):
-        store = PostgresStore(store, settings.pool_size, registry.hooked_types())
+        store = PostgresStore(store, settings.pool_size, registry.hooked_types(),
+                              registry.type_rates())
     install_hooks(registry)
     run = _Drain(store, registry, settings, time_left, observer or _NullObserver(), start_left)
     run.launcher = launcher
@@ -358,10 +387,16 @@ class _Drain:
         self.completer = Completer(store.finish_many, self._recorded)
         self.started = 0
         self.alone_due = False
-        self.capped = False
-        """Some queue has a concurrency cap (the janitor's look at the start): claim through
-        claim_capped too. A cap set later is obeyed at once (the plain claim leaves capped
-        queues alone) and served from the next drain on."""
+        self.controlled = bool(registry.type_rates())
+        """Some queue has a cap or a rate limit (the janitor's look at the start), or a job
+        type a rate: claim through claim_controlled too. A limit set later is obeyed at once
+        (the plain claim leaves such queues alone) and served from the next drain on."""
+        self.fair = False
+        """Pending jobs name tenants: the plain claim takes from each in turn."""
+        self.tenants_seen_at = 0.0
+        self.rate_free_in: float | None = None
+        """After a claim that found nothing: the seconds until a rate limit that held due
+        work back lets one more start (None: no rate held anything back)."""
         self.running: Job | None = None
         budgets = [h.timeout for h in registry if h.timeout is not None]
         self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
@@ -404,7 +439,9 @@ class _Drain:
         self.summary.expired = janitor.expired
         self.summary.purged = janitor.purged
         self.alone_due = janitor.alone_due
-        self.capped = janitor.capped
+        self.controlled = self.controlled or janitor.controlled
+        self.fair = janitor.tenants
+        self.tenants_seen_at = time.monotonic()
         self.summary.vacuumed = int(self.store.vacuum_if_due(self.settings))
         self.summary.scheduled = self.store.enqueue_scheduled(self.registry)
 
@@ -445,6 +482,8 @@ class _Drain:
                 return
             jobs = self._claim(self._claim_size(room, free=1))
             if not jobs:
+                if self._wait_for_rate():
+                    continue
                 return
             self.summary.claimed += len(jobs)
             if not self._run_batch(jobs):
@@ -477,13 +516,44 @@ class _Drain:
                 return [job]
             self.alone_due = False
         jobs: list[Job] = []
-        if self.capped:  # first, or a steady flow of others' jobs would leave them waiting
-            jobs = self.store.claim_capped(batch_size=size, lease_seconds=self.lease,
-                                           queues=queues)
+        self.rate_free_in = None
+        if self.controlled:  # first, or a steady flow of others' jobs would leave them waiting
+            controlled = self.store.claim_controlled(batch_size=size, lease_seconds=self.lease,
+                                                     queues=queues)
+            jobs, self.rate_free_in = controlled.jobs, controlled.rate_free_in
         if len(jobs) < size:
-            jobs += self.store.claim(batch_size=size - len(jobs), lease_seconds=self.lease,
-                                     queues=queues)
+            more = self.store.claim(batch_size=size - len(jobs), lease_seconds=self.lease,
+                                    queues=queues, fair=self.fair)
+            if len(more) < size - len(jobs) and not self.fair and self._tenants_came():
+                self.fair = True
+                more += self.store.claim(batch_size=size - len(jobs) - len(more),
+                                         lease_seconds=self.lease, queues=queues, fair=True)
+            jobs += more
+        if jobs:
+            self.rate_free_in = None
         return jobs
+
+    def _tenants_came(self) -> bool:
+        """Whether jobs naming tenants came since the last look (the janitor's, at the start):
+        asked when a claim comes back short, at most once every TENANT_LOOK_SECONDS."""
+        now = time.monotonic()
+        if now - self.tenants_seen_at < TENANT_LOOK_SECONDS:
+            return False
+        self.tenants_seen_at = now
+        return self.store.tenanted()
+
+    def _wait_for_rate(self) -> bool:
+        """The claim found only work a rate limit holds back: wait until the limit lets one
+        more start and claim again (True), if that leaves time to run a job; else stop
+        early, ``rate_limited`` (False). Never a loop of empty claims."""
+        wait = self.rate_free_in
+        if wait is None:
+            return False
+        if self.time_left() - self.margin - wait < self._least_to_start():
+            self.summary.stopped = "rate_limited"
+            return False
+        time.sleep(wait + RATE_WAIT_SLACK_SECONDS)
+        return True
 
     def _stopped_by_database(self, exc: DatabaseUnavailable) -> None:
         """End the drain on a database failure, with a summary that says so."""
@@ -825,8 +895,10 @@ class _Concurrent:
         if not jobs:
             if self.running:
                 self.claimed_nothing = True
+            elif d._wait_for_rate():
+                return True
             else:
-                self.stopping = "empty"
+                self.stopping = d.summary.stopped or "empty"
             return False
         d.summary.claimed += len(jobs)
         self.ready.extend(jobs)

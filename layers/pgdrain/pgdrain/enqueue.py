@@ -48,6 +48,8 @@ def new_job(
     ttl_seconds: Any = None,
     unique_for: Any = None,
     debounce: Any = None,
+    ordering_key: Any = None,
+    tenant: Any = None,
     index: int | None = None,
 ) -> NewJob:
     """Validate one job's fields (``models.JOB_FIELDS``); raise InvalidJobError naming the field
@@ -80,6 +82,9 @@ def new_job(
         delay_seconds=delay,
         dedupe_key=None if dedupe_key is None else check.text("dedupe_key", dedupe_key,
                                                                MAX_DEDUPE_KEY),
+        ordering_key=None if ordering_key is None else check.text("ordering_key", ordering_key,
+                                                                   MAX_DEDUPE_KEY),
+        tenant=None if tenant is None else check.text("tenant", tenant, MAX_TEXT),
     )
 
 

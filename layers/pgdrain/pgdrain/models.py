@@ -99,6 +99,15 @@ JOB_FIELDS: tuple[JobField, ...] = (
              "Seconds: with dedupe_key, the pending job of that key takes this payload and is "
              "put off to this many seconds from now (a burst runs once, after it); else a job "
              "due then is inserted. Not with run_at, delay_seconds or unique_for."),
+    JobField("ordering_key", {"anyOf": [{"type": "string", "minLength": 1,
+                                         "maxLength": MAX_DEDUPE_KEY, "pattern": NO_NUL},
+                                        {"type": "null"}]},
+             "Jobs with the same ordering_key run one at a time, in enqueue order, across all "
+             "drains; a retrying job holds its key. Not blank."),
+    JobField("tenant", {"anyOf": [{"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
+                                   "pattern": NO_NUL}, {"type": "null"}]},
+             "Who the job is for: while jobs name tenants, the claim takes from each tenant in "
+             "turn, so one tenant's flood does not hold another's jobs back. Not blank."),
 )
 JOB_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in JOB_FIELDS)
 JOB_OPTION_NAMES: tuple[str, ...] = tuple(n for n in JOB_FIELD_NAMES
@@ -125,6 +134,10 @@ class NewJob:
     answers instead."""
     debounce: float | None = None
     """With dedupe_key: the key's pending job takes this payload, due this long from now."""
+    ordering_key: str | None = None
+    """Jobs of one key run one at a time, in enqueue order (pgdrain.flow)."""
+    tenant: str | None = None
+    """The claim takes from each tenant in turn (job_claim_fair)."""
 
 
 class JobControl:
@@ -311,9 +324,11 @@ class JanitorResult:
     alone_due: bool = False
     """Whether a job to claim alone (its claim lost before) is due: the drain claims those
     first."""
-    capped: bool = False
-    """Whether some queue has a concurrency cap: the drain then also claims through
-    ``claim_capped``."""
+    controlled: bool = False
+    """Whether some queue has a concurrency cap or a rate limit: the drain then also claims
+    through ``claim_controlled``."""
+    tenants: bool = False
+    """Whether pending jobs name tenants: the drain then claims fairly (job_claim_fair)."""
 
 
 @dataclass(frozen=True, slots=True)

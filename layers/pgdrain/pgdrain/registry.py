@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+from .flow import Rate, RateError, parse_rate
 from .policy import DEFAULT_POLICY, Backoff, BackoffFunction, TypePolicy
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class Handler:
     """An ``async def`` handler: run on the drain's event loop, concurrently with others."""
     on_failed: Callable[[dict[str, Any], str | None], Any] | None = None
     """Called once for every job of this type that ends failed (see pgdrain.hooks)."""
+    rate: Rate | None = None
+    """At most this many starts of this type per period, across all drains (pgdrain.flow)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,10 @@ class Registry:
                               "its own name=)")
         self._schedules[entry.name] = entry
 
+    def type_rates(self) -> dict[str, Rate]:
+        """The job types with a rate limit, and their rates."""
+        return {h.job_type: h.rate for h in self._handlers.values() if h.rate is not None}
+
     def hooked_types(self) -> list[str]:
         """The job types with an on_failed hook."""
         return sorted(h.job_type for h in self._handlers.values() if h.on_failed is not None)
@@ -127,6 +134,7 @@ def job(
     cron: str | None = None,
     tz: str | None = None,
     on_failed: Callable[[dict[str, Any], str | None], Any] | None = None,
+    rate: str | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the handler of ``job_type``.
@@ -160,6 +168,10 @@ def job(
     job as ``pgdrain.get_job`` shows it, ``error`` its last error. It runs as a job of its own
     (type ``pgdrain.on-failed``), enqueued by the transaction that failed the job, and is retried
     like any job if it raises.
+
+    ``rate`` (``"100/min"``, ``"10/s"``, ``"3/10s"``) allows at most that many starts of this
+    type in any such period, across all drains (pgdrain.flow); the rest wait, pending and
+    uncharged.
     """
     if not isinstance(job_type, str) or not job_type.strip():
         raise ConfigError("job_type must be a non-empty string")
@@ -181,6 +193,12 @@ def job(
 
         check_model(payload)
     policy = _policy(job_type, backoff, retry_on)
+    limit = None
+    if rate is not None:
+        try:
+            limit = parse_rate(rate)
+        except RateError as exc:
+            raise ConfigError(f"{job_type}: rate {exc}") from None
     entry = None
     if cron is not None:
         entry = schedule_entry(job_type, cron, tz, job_type, None, {})
@@ -195,7 +213,7 @@ def job(
             raise ConfigError(f"{job_type}: an async def handler cannot be transactional (its "
                               "connection is pg8000's, which blocks); make it a plain def")
         target.register(Handler(job_type, func, max_attempts, timeout, transactional, payload,
-                                policy, concurrency, is_async, on_failed))
+                                policy, concurrency, is_async, on_failed, limit))
         if entry is not None:
             target.add_schedule(entry)
         return func

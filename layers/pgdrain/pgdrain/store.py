@@ -10,11 +10,14 @@ reports the writes that were stale.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from . import flow
 from .db import UNIQUE_VIOLATION, Session, as_session, sqlstate
 from .errors import InvalidJobId
+from .flow import Rate
 from .models import (
     MAX_ERROR_CHARS,
     MAX_JOB_ID,
@@ -33,6 +36,8 @@ JANITOR_LOCK_KEY = 0x70676472_61696E01
 MIGRATION_LOCK_KEY = 0x70676472_61696E02
 # The Backlog metric counts due jobs up to this many: enough for an alarm, and a bounded read.
 BACKLOG_CAP = 10_000
+# A queue or type without a cap has this much room as far as caps go.
+BIG_ROOM = 2**31 - 1
 
 
 # --- enqueue ------------------------------------------------------------------------------------
@@ -55,6 +60,8 @@ def insert_jobs(conn: Any, rows: Sequence[NewJob]) -> list[dict[str, Any]]:
         dedupe_keys=[j.dedupe_key for j in rows],
         expires_ats=[j.expires_at for j in rows],
         ttls=[j.ttl_seconds for j in rows],
+        ordering_keys=[j.ordering_key for j in rows],
+        tenants=[j.tenant for j in rows],
     )
 
 
@@ -80,43 +87,133 @@ def claim(
     batch_size: int,
     lease_seconds: float,
     queues: Sequence[str] | None = None,
+    limited_types: Sequence[str] = (),
+    fair: bool = False,
 ) -> list[Job]:
     """Claim up to ``batch_size`` due jobs for ``lease_seconds``, in (priority, run_at, id) order.
 
     One statement, committed at once (run it outside a transaction): the jobs are ``running``,
     their attempt spent, and each carries the ``lease_token`` its finishing write must present.
     A job whose claim was lost before comes alone (see the catalogue). Payloads are decoded
-    job by job: one Python cannot hold has ``payload_error`` set instead.
+    job by job: one Python cannot hold has ``payload_error`` set instead. Jobs of
+    ``limited_types`` (rate-limited: ``claim_controlled`` takes them) and of capped or
+    rate-limited queues are left alone, and so are an ordering key's later jobs. ``fair``:
+    take from each tenant in turn (job_claim_fair); else jobs naming a tenant are left alone.
     """
-    rows = as_session(conn).rows(
-        "job_claim_batch", batch_size=batch_size, lease_seconds=lease_seconds,
-        queues=list(queues) if queues else None,
-    )
-    return [_claimed_job(row) for row in rows]
-
-
-def claim_capped(conn: Any, *, batch_size: int, lease_seconds: float,
-                 queues: Sequence[str] | None = None) -> list[Job]:
-    """Claim up to ``batch_size`` due jobs of capped queues, never more running in a queue
-    than its ``max_running`` across all drains: one short transaction that locks the capped
-    queues' rows first (see the catalogue's job_claim_capped). Needs a connection pgdrain
-    owns, outside any transaction."""
     session = as_session(conn)
-    with session.transaction():
-        if not session.rows("queue_lock_capped"):
-            return []
-        rows = session.rows("job_claim_capped", batch_size=batch_size,
-                            lease_seconds=lease_seconds,
-                            queues=list(queues) if queues else None)
+    params = {"batch_size": batch_size, "lease_seconds": lease_seconds,
+              "queues": list(queues) if queues else None,
+              "limited_types": list(limited_types) or None}
+    rows = session.rows("job_claim_fair", **params) if fair else \
+        session.rows("job_claim_batch", **params)
     return [_claimed_job(row) for row in rows]
 
 
-def claim_alone(conn: Any, *, lease_seconds: float, queues: Sequence[str] | None = None
-                ) -> Job | None:
+def tenanted(conn: Any) -> bool:
+    """Whether pending jobs name tenants (then ``claim(..., fair=True)``)."""
+    row = as_session(conn).one("jobs_tenanted")
+    return bool(row and row["tenants"])
+
+
+def declare_type_rates(conn: Any, rates: Mapping[str, Rate]) -> None:
+    """Record the job types' rate limits as the code declares them (a row already so is not
+    written), so that every drain counts the same window."""
+    if rates:
+        names = sorted(rates)
+        as_session(conn).rows("flow_type_rates_declare", job_types=names,
+                              limits=[rates[n].limit for n in names],
+                              periods=[rates[n].period for n in names])
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledClaim:
+    """What a controlled claim took, and, when a rate limit held due work back, the seconds
+    until that limit lets one more start (None: no rate held anything back)."""
+
+    jobs: list[Job]
+    rate_free_in: float | None = None
+
+
+def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
+                     queues: Sequence[str] | None = None,
+                     type_rates: Mapping[str, Rate] | None = None) -> ControlledClaim:
+    """Claim up to ``batch_size`` due jobs of capped or rate-limited queues and of
+    rate-limited job types (``type_rates``, as declared by ``declare_type_rates``), never more
+    running in a queue than its ``max_running`` nor more starts in a window than a rate
+    allows, across all drains: one short transaction that locks the queues' and types' rows
+    (name order), reads their room, locks the candidates, claims what fits (``flow.choose``)
+    and writes the rate windows. Jobs over a limit stay pending, uncharged. Needs a
+    connection pgdrain owns, outside any transaction."""
+    session = as_session(conn)
+    types = sorted(type_rates or ())
+    with session.transaction():
+        locked = [r["queue"] for r in session.rows("flow_queue_lock")]
+        if types:
+            session.rows("flow_type_lock", job_types=types)
+        if not locked and not types:
+            return ControlledClaim([])
+        queue_room: dict[str, int] = {}
+        type_room: dict[str, int] = {}
+        windows: dict[tuple[str, str], tuple[Rate, list[float]]] = {}
+        now = 0.0
+        for row in session.rows("flow_rooms", queues=locked, job_types=types):
+            now = row["now"]
+            room = BIG_ROOM
+            if row["max_running"] is not None:
+                room = max(0, row["max_running"] - row["running"])
+            if row["rate_limit"] is not None:
+                rate = Rate(row["rate_limit"], row["rate_period"])
+                starts = list(row["rate_starts"] or ())
+                windows[row["scope"], row["name"]] = rate, starts
+                room = min(room, flow.rate_room(starts, now, rate))
+            (queue_room if row["scope"] == "queue" else type_room)[row["name"]] = room
+        candidates = [flow.Candidate(r["id"], r["queue"], r["job_type"]) for r in session.rows(
+            "job_claim_candidates", batch_size=batch_size,
+            room_queues=list(queue_room), queue_rooms=list(queue_room.values()),
+            room_types=list(type_room), type_rooms=list(type_room.values()),
+            queues=list(queues) if queues else None)]
+        ids = flow.choose(candidates, batch_size=batch_size, queue_room=queue_room,
+                          type_room=type_room)
+        rows = session.rows("job_claim_ids", ids=ids, lease_seconds=lease_seconds) if ids \
+            else []
+        started: dict[tuple[str, str], int] = {}
+        for row in rows:
+            for key in (("queue", row["queue"]), ("type", row["job_type"])):
+                if key in windows:
+                    started[key] = started.get(key, 0) + 1
+        for (scope, name), count in sorted(started.items()):
+            rate, starts = windows[scope, name]
+            window = flow.rate_record(starts, now, count, rate)
+            if scope == "queue":
+                session.rows("flow_queue_starts", queue=name, starts=window)
+            else:
+                session.rows("flow_type_starts", job_type=name, starts=window)
+        full = {key: flow.rate_free_in(starts, now, rate)
+                for key, (rate, starts) in windows.items() if key not in started and
+                flow.rate_room(starts, now, rate) == 0}
+        wait = None
+        if not rows and full and _limited_due(session, full, queues):
+            wait = min(full.values())
+    jobs = sorted((_claimed_job(r) for r in rows), key=lambda j: (j.priority, j.run_at, j.id))
+    return ControlledClaim(jobs, wait)
+
+
+def _limited_due(session: Session, full: Mapping[tuple[str, str], float],
+                 queues: Sequence[str] | None) -> bool:
+    row = session.one("flow_limited_due",
+                      queues=[n for s, n in full if s == "queue"],
+                      job_types=[n for s, n in full if s == "type"],
+                      only_queues=list(queues) if queues else None)
+    return bool(row and row["due"])
+
+
+def claim_alone(conn: Any, *, lease_seconds: float, queues: Sequence[str] | None = None,
+                limited_types: Sequence[str] = ()) -> Job | None:
     """Claim one due job whose claim was lost before, alone, its start recorded (None if
     there is none): see ``policy.after_lost_lease``."""
     row = as_session(conn).one("job_claim_alone", lease_seconds=lease_seconds,
-                               queues=list(queues) if queues else None)
+                               queues=list(queues) if queues else None,
+                               limited_types=list(limited_types) or None)
     return None if row is None else _claimed_job(row)
 
 
@@ -237,12 +334,14 @@ def fail(conn: Any, job: Job, error: str) -> bool:
 # --- the janitor's statements ------------------------------------------------------------------
 
 
-def try_janitor_lock(session: Session) -> tuple[bool, bool, bool]:
+def try_janitor_lock(session: Session) -> tuple[bool, bool, bool, bool]:
     """Take the janitor's transaction-scoped lock without waiting (False if another has it),
-    and say whether a job to claim alone is due and whether some queue is capped."""
+    and say whether a job to claim alone is due, whether some queue is capped or
+    rate-limited, and whether pending jobs name tenants."""
     row = session.one("janitor_try_lock", lock_key=JANITOR_LOCK_KEY)
     assert row is not None
-    return bool(row["locked"]), bool(row["alone_due"]), bool(row["capped"])
+    return (bool(row["locked"]), bool(row["alone_due"]), bool(row["controlled"]),
+            bool(row["tenants"]))
 
 
 def expired_leases(session: Session, *, limit: int) -> list[ExpiredLease]:
@@ -460,11 +559,21 @@ def pause_queue(conn: Any, queue: str) -> dict[str, Any]:
     return row
 
 
-def set_queue(conn: Any, queue: str, *, max_running: int | None) -> dict[str, Any]:
-    """Set ``queue``'s concurrency cap (None: none): ``{"queue", "paused_at",
-    "max_running"}``."""
-    row = as_session(conn).one("queue_set", queue=queue, max_running=max_running)
+def set_queue(conn: Any, queue: str, *, set_cap: bool = False, max_running: int | None = None,
+              set_rate: bool = False, rate: Rate | None = None) -> dict[str, Any]:
+    """Set ``queue``'s concurrency cap (if ``set_cap``; None: none) and rate limit (if
+    ``set_rate``; None: none): ``{"queue", "paused_at", "max_running", "rate"}``."""
+    row = as_session(conn).one(
+        "queue_set", queue=queue, set_cap=set_cap, max_running=max_running, set_rate=set_rate,
+        rate_limit=None if rate is None else rate.limit,
+        rate_period=None if rate is None else rate.period)
     assert row is not None
+    return _with_rate(row)
+
+
+def _with_rate(row: dict[str, Any]) -> dict[str, Any]:
+    limit, period = row.pop("rate_limit"), row.pop("rate_period")
+    row["rate"] = None if limit is None else str(Rate(limit, period))
     return row
 
 
@@ -474,8 +583,9 @@ def resume_queue(conn: Any, queue: str) -> None:
 
 
 def queue_states(conn: Any) -> list[dict[str, Any]]:
-    """Every queue set at run time: ``queue``, ``paused_at``, ``paused_seconds``."""
-    return as_session(conn).rows("queue_states")
+    """Every queue set at run time: ``queue``, ``paused_at``, ``paused_seconds``,
+    ``max_running``, ``rate`` (``"10/s"``, or None)."""
+    return [_with_rate(r) for r in as_session(conn).rows("queue_states")]
 
 
 # --- drain slots and the backlog -----------------------------------------------------------
@@ -506,10 +616,13 @@ def drains_running(conn: Any) -> int:
                                      lock_key=DRAIN_SLOT_LOCK_KEY)[0]["taken"])
 
 
-def due_count(conn: Any, *, limit: int, queues: Sequence[str] | None = None) -> int:
-    """Due jobs, counted up to ``limit`` (an index scan of at most that many entries)."""
+def due_count(conn: Any, *, limit: int, queues: Sequence[str] | None = None,
+              limited_types: Sequence[str] = ()) -> int:
+    """Due jobs, counted up to ``limit`` (an index scan of at most that many entries), not
+    counting those of capped or rate-limited queues and of ``limited_types``."""
     return int(as_session(conn).rows("jobs_due_count", limit=limit,
-                                     queues=list(queues) if queues else None)[0]["due"])
+                                     queues=list(queues) if queues else None,
+                                     limited_types=list(limited_types) or None)[0]["due"])
 
 
 # --- the doorbell's shared state (see pgdrain.aws.doorbell) ---------------------------------

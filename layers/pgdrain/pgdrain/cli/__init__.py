@@ -74,11 +74,16 @@ def _parser() -> argparse.ArgumentParser:
     queue_commands = queue.add_subparsers(dest="queue_command", required=True,
                                           metavar="SUBCOMMAND")
     queue_set = queue_commands.add_parser(
-        "set", help="set a queue's concurrency cap", description="set a queue's concurrency "
-        "cap: never more of its jobs running across all drains (jobs over it wait, uncharged)")
+        "set", help="set a queue's concurrency cap and rate limit",
+        description="set a queue's concurrency cap and/or rate limit, across all drains (jobs "
+        "over them wait, pending and uncharged); a setting not given stays as it is")
     queue_set.add_argument("queue", type=arguments.name, metavar="QUEUE")
-    queue_set.add_argument("--max-running", type=arguments.cap, required=True, metavar="N",
-                           help="at most N running at once; `none` lifts the cap")
+    queue_set.add_argument("--max-running", type=arguments.cap, default=argparse.SUPPRESS,
+                           metavar="N", help="at most N running at once; `none` lifts the cap")
+    queue_set.add_argument("--rate", type=arguments.rate, default=argparse.SUPPRESS,
+                           metavar="N/PERIOD",
+                           help="at most N starts in any PERIOD (10/s, 100/min, 5/h, 3/10s); "
+                                "`none` lifts the limit")
     queue_set.add_argument("--new", action="store_true",
                            help="a queue no job names yet (otherwise refused as a typo)")
     queue_set.add_argument("--json", action="store_true", help="print JSON, for scripts")

@@ -49,6 +49,18 @@ def cap(raw: str) -> int | None:
     return int(text)
 
 
+def rate(raw: str) -> str | None:
+    """A rate limit, ``N/period`` (``10/s``, ``100/min``, ``3/10s``), or ``none``."""
+    from ..flow import RateError, parse_rate
+
+    if raw.strip().lower() == "none":
+        return None
+    try:
+        return str(parse_rate(raw))
+    except RateError as exc:
+        raise argparse.ArgumentTypeError(f"a rate is N/period or none: {exc}") from None
+
+
 def interval(raw: str) -> float:
     """A refresh interval in seconds, from 0.1 to an hour."""
     try:

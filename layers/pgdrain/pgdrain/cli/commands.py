@@ -4,6 +4,7 @@ and prints a table (or JSON with ``--json``). Each returns the process's exit st
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -47,11 +48,14 @@ def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     states = store.queue_states(conn)
     paused = {r["queue"]: r for r in states if r["paused_at"] is not None}
     caps = {r["queue"]: r["max_running"] for r in states if r["max_running"] is not None}
-    rows = [{**r, "paused": r["queue"] in paused, "max_running": caps.get(r["queue"])}
+    rates = {r["queue"]: r["rate"] for r in states if r["rate"] is not None}
+    rows = [{**r, "paused": r["queue"] in paused, "max_running": caps.get(r["queue"]),
+             "rate": rates.get(r["queue"])}
             for r in rows]
     if args.json:
         print(output.to_json({"queues": rows, "totals": totals, "drains_running": drains,
-                              "paused_queues": sorted(paused), "caps": caps}), file=out)
+                              "paused_queues": sorted(paused), "caps": caps, "rates": rates}),
+              file=out)
         return 0
     if not rows:
         print("no jobs", file=out)
@@ -67,6 +71,8 @@ def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
               f"`pgdrain resume {name}`)", file=out)
     for name, cap in caps.items():
         print(f"queue {name!r} is capped at {cap} running", file=out)
+    for name, rate in rates.items():
+        print(f"queue {name!r} is limited to {rate} starts", file=out)
     return 0
 
 
@@ -199,14 +205,19 @@ def schedules(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
 def queue(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     from ..control import set_queue
 
-    state = set_queue(conn, args.queue, max_running=args.max_running, new=args.new)
+    given = {k: getattr(args, k) for k in ("max_running", "rate") if hasattr(args, k)}
+    if not given:
+        print("pgdrain queue set: give --max-running, --rate or both", file=sys.stderr)
+        return 2
+    state = set_queue(conn, args.queue, new=args.new, **given)
     if args.json:
         print(output.to_json(state), file=out)
-    elif state["max_running"] is None:
-        print(f"queue {args.queue!r}: no cap", file=out)
-    else:
-        print(f"queue {args.queue!r}: at most {state['max_running']} running across all "
-              "drains", file=out)
+        return 0
+    cap = "no cap" if state["max_running"] is None else \
+        f"at most {state['max_running']} running across all drains"
+    rate = "no rate limit" if state["rate"] is None else \
+        f"at most {state['rate']} starts across all drains"
+    print(f"queue {args.queue!r}: {cap}; {rate}", file=out)
     return 0
 
 

@@ -359,6 +359,10 @@ def _job_view_schema() -> dict[str, Any]:
             "started_at": nullable(_DATE_TIME, "When the current attempt's handler started, "
                                                "recorded only once lost_claims is above 0."),
             "dedupe_key": nullable({"type": "string"}, "The job's dedupe key, if any."),
+            "ordering_key": nullable({"type": "string"}, "The job's ordering key, if any: "
+                                                         "one job of the key at a time."),
+            "tenant": nullable({"type": "string"}, "The job's tenant, if any: shared "
+                                                   "fairly with other tenants."),
             "finished_at": nullable(_DATE_TIME, "When it became done, failed or cancelled."),
             "cancel_requested_at": nullable(_DATE_TIME, "When it was asked to stop while it "
                                                         "ran (its attempt then ends "
@@ -383,7 +387,7 @@ def _job_view_schema() -> dict[str, Any]:
                      "run_at", "created_at", "queue", "priority", "claimed_at",
                      "lease_expires_at", "last_error", "errors", "dedupe_key", "finished_at",
                      "updated_at", "lost_claims", "started_at", "cancel_requested_at",
-                     "expires_at", "result", "progress"],
+                     "expires_at", "result", "progress", "ordering_key", "tenant"],
     }
 
 
@@ -511,7 +515,10 @@ _QUEUE_STATE = {"description": "The queue's state.", "content": {"application/js
                               "max_running": {"anyOf": [{"type": "integer"},
                                                         {"type": "null"}],
                                               "description": "Its concurrency cap (PUT "
-                                                             "only)."}}}}}}
+                                                             "only)."},
+                              "rate": {"anyOf": [{"type": "string"}, {"type": "null"}],
+                                       "description": "Its rate limit, e.g. `10/s` (PUT "
+                                                      "only)."}}}}}}
 _QUEUE_REFUSALS = {
     "404": _error("No job names this queue and it was never paused (a typo?). To pause a "
                   "queue before its first job: `pgdrain pause QUEUE --new`."),
@@ -566,15 +573,22 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
         },
     },
     "setQueue": {
-        "description": "A concurrency cap, enforced in the claim itself across all drains: "
-                       "never more than `max_running` jobs of the queue running at once; "
-                       "jobs over it stay pending, uncharged. null lifts the cap. A cap "
-                       "below what runs now lets those finish.",
+        "description": "A concurrency cap and a rate limit, enforced in the claim itself "
+                       "across all drains: never more than `max_running` jobs of the queue "
+                       "running at once, never more than `rate` starts (`N/period`: `10/s`, "
+                       "`100/min`, `5/h`, `1000/day`, `3/10s`; N from 1 to 10,000) in any "
+                       "such window. Jobs over them stay pending, uncharged. Give either or "
+                       "both; one not given stays; null lifts it. A cap below what runs now "
+                       "lets those finish. A bad value (`0/min`, a cap of 0): 422, nothing "
+                       "changed.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "additionalProperties": False, "required": ["max_running"],
+            "type": "object", "additionalProperties": False, "minProperties": 1,
             "properties": {"max_running": {"anyOf": [
                 {"type": "integer", "minimum": 1, "maximum": MAX_INT},
-                {"type": "null"}]}}}}}},
+                {"type": "null"}]},
+                "rate": {"anyOf": [{"type": "string", "pattern": "^[0-9]+/[0-9.]*[a-z]+$",
+                                    "examples": ["10/s", "100/min"]},
+                                   {"type": "null"}]}}}}}},
         "responses": {"200": _QUEUE_STATE, "400": _ref_response("BadRequest"),
                       **_QUEUE_REFUSALS},
     },

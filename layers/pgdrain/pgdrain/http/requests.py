@@ -109,23 +109,25 @@ def parse_enqueue(
     return EnqueueRequest([_job(document, None, key, registry, limits)], batch=False)
 
 
-QUEUE_SETTINGS = ("max_running",)
+QUEUE_SETTINGS = ("max_running", "rate")
 
 
 def parse_queue_settings(body: str | None, *, base64_encoded: bool = False) -> dict[str, Any]:
-    """Validate a ``PUT /queues/{queue}`` body, ``{"max_running": N or null}``; raise ApiError
-    (400 or 422) if it is not one. The value's range is the control's to check."""
+    """Validate a ``PUT /queues/{queue}`` body, ``{"max_running": N or null, "rate":
+    "10/s" or null}`` (either or both; one not given stays); raise ApiError (400 or 422) if
+    it is not one. The values' ranges are the control's to check."""
     document = _decode(body, base64_encoded)
     if not isinstance(document, dict):
-        raise ApiError(422, 'the body must be a JSON object: {"max_running": N or null}')
+        raise ApiError(422, 'the body must be a JSON object: {"max_running": N or null, '
+                            '"rate": "10/s" or null}')
     unknown = sorted(set(document) - set(QUEUE_SETTINGS))
     if unknown:
         raise ApiError(422, f"{unknown[0]}: unknown setting; a queue has "
                             f"{', '.join(QUEUE_SETTINGS)}", {"field": unknown[0]})
-    if "max_running" not in document:
-        raise ApiError(422, "max_running: is required (null lifts the cap)",
+    if not document:
+        raise ApiError(422, "max_running: give max_running, rate or both (null lifts one)",
                        {"field": "max_running"})
-    return {"max_running": document["max_running"]}
+    return {k: document[k] for k in QUEUE_SETTINGS if k in document}
 
 
 def _charset(parameters: str) -> str | None:
@@ -255,6 +257,8 @@ def _job(item: Any, index: int | None, key: str | None, registry: Registry,
         "ttl_seconds": item.get("ttl_seconds"),
         "unique_for": item.get("unique_for"),
         "debounce": item.get("debounce"),
+        "ordering_key": item.get("ordering_key"),
+        "tenant": item.get("tenant"),
     }
     for name in ("delay_seconds", "ttl_seconds", "unique_for", "debounce"):
         if isinstance(options[name], float) and not math.isfinite(options[name]):

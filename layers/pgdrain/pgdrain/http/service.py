@@ -175,13 +175,14 @@ class EnqueueApi:
                                     {"queue": queue}))
 
     def set_queue(self, queue: str, body: str | None, *, base64_encoded: bool) -> Response:
-        """``PUT /queues/{queue}`` with ``{"max_running": N}`` (null: no cap): 200 with the
-        queue's state; 404 for an unknown queue; 400/422 for a body that is not one."""
+        """``PUT /queues/{queue}`` with ``{"max_running": N, "rate": "10/s"}`` (either; null
+        lifts it): 200 with the queue's state; 404 for an unknown queue; 400/422 for a body
+        that is not one."""
         from ..control import set_queue
 
         settings = parse_queue_settings(body, base64_encoded=base64_encoded)
         state = _queue_change(queue, lambda: set_queue(
-            self.session(), queue, max_running=settings["max_running"]))
+            self.session(), queue, **settings))
         return Response(200, job_view(state), metrics={"QueueSettingsChanged": 1},
                         log=LogLine("info", "queue set", {"queue": queue, **settings}))
 

@@ -85,6 +85,69 @@ WHERE locktype = 'advisory'
   AND granted
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 
+-- name: flow_limited_due
+-- Whether a job of these queues or job types is due: a drain whose claims found nothing but
+-- rate-limited work waits for the window (or stops) instead of claiming in a loop.
+SELECT EXISTS (
+    SELECT 1 FROM jobs
+    WHERE status = 'pending' AND run_at <= now()
+      AND (queue = ANY (:queues::text[]) OR job_type = ANY (:job_types::text[]))
+      AND (:only_queues::text[] IS NULL OR queue = ANY (:only_queues::text[]))
+) AS due
+
+-- name: flow_queue_lock
+-- Lock the rows of the queues under a cap or a rate limit, in name order (two drains never
+-- deadlock on them), waiting for a drain claiming from them now; until this transaction
+-- ends. See job_claim_candidates.
+SELECT queue FROM pgdrain_queues
+WHERE (max_running IS NOT NULL OR rate_limit IS NOT NULL) AND paused_at IS NULL
+ORDER BY queue
+FOR UPDATE
+
+-- name: flow_queue_starts
+-- Write a rate-limited queue's window after a claim (under its row's lock).
+UPDATE pgdrain_queues SET rate_starts = :starts::float8[] WHERE queue = :queue::text
+
+-- name: flow_rooms
+-- What limits the next start, read after the locks (this statement's snapshot sees every
+-- claim committed before them): each controlled queue's cap, running jobs (claimed but not
+-- started included) and rate window; each locked type's rate window; and the clock, taken
+-- after the locks, so that windows are written in the order their locks were held.
+SELECT 'queue' AS scope, q.queue AS name, q.max_running,
+       CASE WHEN q.max_running IS NULL THEN NULL ELSE
+           (SELECT count(*) FROM jobs AS r WHERE r.status = 'running' AND r.queue = q.queue)
+       END::int AS running,
+       q.rate_limit, q.rate_period, q.rate_starts,
+       EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now
+FROM pgdrain_queues AS q
+WHERE q.queue = ANY (:queues::text[])
+UNION ALL
+SELECT 'type', t.job_type, NULL, NULL, t.rate_limit, t.rate_period, t.rate_starts,
+       EXTRACT(EPOCH FROM clock_timestamp())::float8
+FROM pgdrain_type_rates AS t
+WHERE t.job_type = ANY (:job_types::text[])
+
+-- name: flow_type_lock
+-- Lock the rate-limited job types' rows, in name order, after the queues' (flow_queue_lock).
+SELECT job_type FROM pgdrain_type_rates
+WHERE job_type = ANY (:job_types::text[])
+ORDER BY job_type
+FOR UPDATE
+
+-- name: flow_type_rates_declare
+-- Record the job types' rate limits as this drain's code declares them (@pgdrain.job(...,
+-- rate=)), keeping their windows; a row already as declared is not written.
+INSERT INTO pgdrain_type_rates AS t (job_type, rate_limit, rate_period)
+SELECT * FROM unnest(:job_types::text[], :limits::int[], :periods::float8[])
+ORDER BY 1
+ON CONFLICT (job_type) DO UPDATE
+SET rate_limit = EXCLUDED.rate_limit, rate_period = EXCLUDED.rate_period, updated_at = now()
+WHERE (t.rate_limit, t.rate_period) IS DISTINCT FROM (EXCLUDED.rate_limit, EXCLUDED.rate_period)
+
+-- name: flow_type_starts
+-- Write a rate-limited job type's window after a claim (under its row's lock).
+UPDATE pgdrain_type_rates SET rate_starts = :starts::float8[] WHERE job_type = :job_type::text
+
 -- name: janitor_expire_batch
 -- End up to :limit pending jobs whose expires_at has passed (due or not): failed, with the
 -- error `expired` in last_error and errors, never started. Through jobs_expiring_idx, so a
@@ -122,11 +185,14 @@ FOR UPDATE SKIP LOCKED
 -- Take the janitor's transaction-scoped advisory lock without waiting; false means another
 -- drain is running the janitor right now, and this one skips it. Also says whether a job to
 -- claim alone is due (an index probe of jobs_alone_idx), so the drain knows at no extra cost,
--- and whether some queue has a concurrency cap (the drain then also runs job_claim_capped).
+-- whether some queue has a concurrency cap or a rate limit (the drain then also runs the
+-- controlled claim) and whether pending jobs name tenants (the drain then claims fairly).
 SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
        EXISTS (SELECT 1 FROM jobs
                WHERE status = 'pending' AND lost_claims > 0 AND run_at <= now()) AS alone_due,
-       EXISTS (SELECT 1 FROM pgdrain_queues WHERE max_running IS NOT NULL) AS capped
+       EXISTS (SELECT 1 FROM pgdrain_queues
+               WHERE max_running IS NOT NULL OR rate_limit IS NOT NULL) AS controlled,
+       EXISTS (SELECT 1 FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL) AS tenants
 
 -- name: job_backlog
 -- Due pending jobs (counted up to :cap) and the seconds the oldest has waited, read through
@@ -214,9 +280,17 @@ WITH alone AS MATERIALIZED (
       AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
       AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)
+                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                          OR q.rate_limit IS NOT NULL)
            OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)))
+                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                                     OR q.rate_limit IS NOT NULL)))
+      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
+      AND (ordering_key IS NULL OR NOT EXISTS (
+               SELECT FROM jobs AS o
+               WHERE o.ordering_key = jobs.ordering_key
+                 AND o.status IN ('pending', 'running')
+                 AND (o.status = 'running' OR o.id < jobs.id)))
     ORDER BY priority, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -245,9 +319,13 @@ RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attemp
 -- array nested 3,000 deep) fails alone instead of the whole batch. A job whose claim was lost
 -- before is left to job_claim_alone; one past its expires_at is never claimed (the janitor
 -- ends it: janitor_expire_batch), nor one of a paused queue (pgdrain_queues, read once per
--- statement), nor one of a capped queue (job_claim_capped takes those). The pause filter is an OR behind "is any queue paused": written as the bare
--- `queue <> ALL (...)`, the planner guessed it kept almost no row and sorted every pending job
--- on each claim instead of reading the first ones off jobs_pending_idx (bench/plans.py).
+-- statement), nor one of a queue or type under a cap or a rate (job_claim_candidates takes
+-- those), nor one naming a tenant (job_claim_fair takes those), nor one whose ordering_key is
+-- held by a running job or an earlier pending one (the head of each key only: one statement
+-- per key, through jobs_ordering_key_live_idx, and only for keyed jobs). The pause filter is
+-- an OR behind "is any queue paused": written as the bare `queue <> ALL (...)`, the planner
+-- guessed it kept almost no row and sorted every pending job on each claim instead of reading
+-- the first ones off jobs_pending_idx (bench/plans.py).
 WITH due AS MATERIALIZED (
     SELECT id
     FROM jobs
@@ -257,9 +335,18 @@ WITH due AS MATERIALIZED (
       AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
       AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)
+                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                          OR q.rate_limit IS NOT NULL)
            OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)))
+                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                                     OR q.rate_limit IS NOT NULL)))
+      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
+      AND tenant IS NULL
+      AND (ordering_key IS NULL OR NOT EXISTS (
+               SELECT FROM jobs AS o
+               WHERE o.ordering_key = jobs.ordering_key
+                 AND o.status IN ('pending', 'running')
+                 AND (o.status = 'running' OR o.id < jobs.id)))
     ORDER BY priority, run_at, id
     LIMIT :batch_size::int
     FOR UPDATE SKIP LOCKED
@@ -279,37 +366,149 @@ WITH due AS MATERIALIZED (
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
--- name: job_claim_capped
--- Claim up to :batch_size due jobs of capped queues (pgdrain_queues.max_running), never more
--- running in a queue than its cap across all drains. Run inside a transaction right after
--- queue_lock_capped: the queues' rows are locked, so this statement's snapshot, taken after
--- the lock was granted, sees every claim committed before, and each queue's room is its cap
--- less its running jobs (claimed but not started included). Each queue offers at most a
--- batch (the rows it offers are locked until the commit, used or not). Jobs over the cap stay
--- pending, uncharged. Otherwise as job_claim_batch.
-WITH room AS (
-    SELECT q.queue, q.max_running - (SELECT count(*) FROM jobs AS r
-                                     WHERE r.status = 'running' AND r.queue = q.queue) AS room
-    FROM pgdrain_queues AS q
-    WHERE q.max_running IS NOT NULL AND q.paused_at IS NULL
-      AND (:queues::text[] IS NULL OR q.queue = ANY(:queues::text[]))
-), due AS MATERIALIZED (
-    SELECT d.id
-    FROM room
+-- name: job_claim_candidates
+-- The due jobs a controlled claim may start, locked (SKIP LOCKED) until its transaction ends:
+-- up to each capped or rate-limited queue's room (:room_queues, :queue_rooms), and up to each
+-- rate-limited type's room among the other queues (:room_types, :type_rooms), each at most a
+-- batch, in claim order. Run after flow_queue_lock / flow_type_lock / flow_rooms; the caller
+-- picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues, jobs
+-- whose claim was lost before and ordering keys' later jobs are left out as by the plain
+-- claim.
+WITH queue_room AS (
+    SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
+    WHERE r.room > 0
+), type_room AS (
+    SELECT * FROM unnest(:room_types::text[], :type_rooms::int[]) AS t(job_type, room)
+    WHERE t.room > 0
+)
+SELECT c.id, c.queue, c.job_type, c.priority, c.run_at
+FROM (
+    SELECT d.*
+    FROM queue_room AS r
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
+        SELECT id, queue, job_type, priority, run_at
         FROM jobs
-        WHERE status = 'pending'
-          AND queue = room.queue
-          AND run_at <= now()
-          AND lost_claims = 0
+        WHERE status = 'pending' AND queue = r.queue AND run_at <= now() AND lost_claims = 0
           AND (expires_at IS NULL OR expires_at > now())
+          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+      AND (ordering_key IS NULL OR NOT EXISTS (
+               SELECT FROM jobs AS o
+               WHERE o.ordering_key = jobs.ordering_key
+                 AND o.status IN ('pending', 'running')
+                 AND (o.status = 'running' OR o.id < jobs.id)))
         ORDER BY priority, run_at, id
-        LIMIT least(greatest(room.room, 0), :batch_size::int)
+        LIMIT least(r.room, :batch_size::int)
         FOR UPDATE SKIP LOCKED
     ) AS d
-    ORDER BY d.priority, d.run_at, d.id
+    UNION ALL
+    SELECT d.*
+    FROM type_room AS t
+    CROSS JOIN LATERAL (
+        SELECT id, queue, job_type, priority, run_at
+        FROM jobs
+        WHERE status = 'pending' AND job_type = t.job_type AND run_at <= now()
+          AND lost_claims = 0 AND (expires_at IS NULL OR expires_at > now())
+          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+          AND NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                          WHERE q.queue = jobs.queue
+                            AND (q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                                 OR q.rate_limit IS NOT NULL))
+      AND (ordering_key IS NULL OR NOT EXISTS (
+               SELECT FROM jobs AS o
+               WHERE o.ordering_key = jobs.ordering_key
+                 AND o.status IN ('pending', 'running')
+                 AND (o.status = 'running' OR o.id < jobs.id)))
+        ORDER BY priority, run_at, id
+        LIMIT least(t.room, :batch_size::int)
+        FOR UPDATE SKIP LOCKED
+    ) AS d
+) AS c
+ORDER BY c.priority, c.run_at, c.id
+
+-- name: job_claim_fair
+-- Claim up to :batch_size due jobs taking from each tenant in turn, while pending jobs name
+-- tenants: each tenant's first jobs (and those of jobs without a tenant, one more group) are
+-- ranked within the group, and the claim takes every group's first before any group's
+-- second, so a tenant's flood never holds another's job back more than one claim. The
+-- tenants are found by skipping through jobs_pending_tenant_idx (one probe per tenant); each
+-- group offers at most its share of the batch. Otherwise as job_claim_batch (the same jobs
+-- are left out). Jobs without a tenant are read off jobs_pending_idx past tenanted ones.
+WITH RECURSIVE tenants AS (
+    (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
+     ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.tenant FROM jobs AS j
+            WHERE j.status = 'pending' AND j.tenant IS NOT NULL AND j.tenant > t.tenant
+            ORDER BY j.tenant LIMIT 1)
+    FROM tenants AS t
+    WHERE t.tenant IS NOT NULL
+), share AS (
+    SELECT greatest(1, ceil(:batch_size::numeric / (count(*) + 1)))::int AS n
+    FROM tenants WHERE tenant IS NOT NULL
+), candidates AS (
+    SELECT c.*
+    FROM tenants AS g
+    CROSS JOIN share
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at,
+               row_number() OVER (ORDER BY priority, run_at, id) AS turn
+        FROM jobs
+        WHERE status = 'pending' AND tenant = g.tenant
+          AND run_at <= now() AND lost_claims = 0
+          AND (expires_at IS NULL OR expires_at > now())
+          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+          AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                           WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                              OR q.rate_limit IS NOT NULL)
+               OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                                      WHERE q.paused_at IS NOT NULL
+                                         OR q.max_running IS NOT NULL
+                                         OR q.rate_limit IS NOT NULL)))
+          AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
+      AND (ordering_key IS NULL OR NOT EXISTS (
+               SELECT FROM jobs AS o
+               WHERE o.ordering_key = jobs.ordering_key
+                 AND o.status IN ('pending', 'running')
+                 AND (o.status = 'running' OR o.id < jobs.id)))
+        ORDER BY priority, run_at, id
+        LIMIT share.n
+    ) AS c
+    WHERE g.tenant IS NOT NULL
+    UNION ALL
+    SELECT c.*
+    FROM share
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at,
+               row_number() OVER (ORDER BY priority, run_at, id) AS turn
+        FROM jobs
+        WHERE status = 'pending' AND tenant IS NULL
+          AND run_at <= now() AND lost_claims = 0
+          AND (expires_at IS NULL OR expires_at > now())
+          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+          AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                           WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                              OR q.rate_limit IS NOT NULL)
+               OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                                      WHERE q.paused_at IS NOT NULL
+                                         OR q.max_running IS NOT NULL
+                                         OR q.rate_limit IS NOT NULL)))
+          AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
+      AND (ordering_key IS NULL OR NOT EXISTS (
+               SELECT FROM jobs AS o
+               WHERE o.ordering_key = jobs.ordering_key
+                 AND o.status IN ('pending', 'running')
+                 AND (o.status = 'running' OR o.id < jobs.id)))
+        ORDER BY priority, run_at, id
+        LIMIT share.n
+    ) AS c
+), due AS MATERIALIZED (
+    SELECT j.id
+    FROM candidates AS c
+    JOIN jobs AS j ON j.id = c.id
+    WHERE j.status = 'pending'
+    ORDER BY c.turn, c.priority, c.run_at, c.id
     LIMIT :batch_size::int
+    FOR UPDATE OF j SKIP LOCKED
 ), claimed AS (
     UPDATE jobs AS j
     SET status           = 'running',
@@ -325,6 +524,21 @@ WITH room AS (
               j.lease_token::text AS lease_token, j.dedupe_key
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id
+
+-- name: job_claim_ids
+-- Claim the jobs a controlled claim picked (locked by its job_claim_candidates), as
+-- job_claim_batch claims.
+UPDATE jobs AS j
+SET status           = 'running',
+        attempts         = j.attempts + 1,
+        claimed_at       = now(),
+        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
+        lease_token      = gen_random_uuid(),
+        updated_at       = now()
+WHERE j.id = ANY (:ids::bigint[]) AND j.status = 'pending'
+RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
+              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
+              j.lease_token::text AS lease_token, j.dedupe_key
 
 -- name: job_complete_batch
 -- Mark claimed jobs done: job_finish_batch for the commonest case, two arrays instead of five
@@ -389,15 +603,18 @@ RETURNING id
 -- same batch) is skipped and not returned; the caller looks its id up. `run_at` NULL means now()
 -- plus the delay, in the database's clock; `expires_at` NULL is now() plus the TTL, or never.
 INSERT INTO jobs (job_type, payload, queue, priority, max_attempts, run_at, dedupe_key,
-                  expires_at)
+                  expires_at, ordering_key, tenant)
 SELECT i.job_type, i.payload, i.queue, i.priority, i.max_attempts,
        COALESCE(i.run_at, now() + make_interval(secs => i.delay_seconds)), i.dedupe_key,
-       COALESCE(i.expires_at, now() + make_interval(secs => i.ttl_seconds))
+       COALESCE(i.expires_at, now() + make_interval(secs => i.ttl_seconds)),
+       i.ordering_key, i.tenant
 FROM unnest(:job_types::text[], :payloads::jsonb[], :queues::text[], :priorities::smallint[],
             :max_attempts::int[], :run_ats::timestamptz[], :delays::float8[],
-            :dedupe_keys::text[], :expires_ats::timestamptz[], :ttls::float8[])
+            :dedupe_keys::text[], :expires_ats::timestamptz[], :ttls::float8[],
+            :ordering_keys::text[], :tenants::text[])
      WITH ORDINALITY AS i(job_type, payload, queue, priority, max_attempts, run_at,
-                          delay_seconds, dedupe_key, expires_at, ttl_seconds, ord)
+                          delay_seconds, dedupe_key, expires_at, ttl_seconds, ordering_key,
+                          tenant, ord)
 ORDER BY i.ord
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running')
 DO NOTHING
@@ -456,7 +673,7 @@ SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, r
        created_at, queue, priority, claimed_at, lease_expires_at,
        lease_token::text AS lease_token, last_error, errors::text AS errors, dedupe_key,
        finished_at, updated_at, lost_claims, started_at, cancel_requested_at, expires_at,
-       result::text AS result, progress::text AS progress
+       result::text AS result, progress::text AS progress, ordering_key, tenant
 FROM jobs
 WHERE id = :id::bigint
 
@@ -693,8 +910,8 @@ ORDER BY queue, status
 -- name: jobs_due_count
 -- Due jobs, counted up to :limit through jobs_pending_idx: a bounded index scan, never a
 -- count of the table. Fan-out and continuation only need to know "more than n". A paused
--- queue's jobs are not counted (no drain could claim them), nor a capped one's (its cap, not
--- more drains, decides how fast it goes).
+-- queue's jobs are not counted (no drain could claim them), nor a capped or rate-limited
+-- one's (its limit, not more drains, decides how fast it goes).
 SELECT count(*)::int AS due
 FROM (
     SELECT 1
@@ -703,11 +920,19 @@ FROM (
       AND run_at <= now()
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
       AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)
+                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                          OR q.rate_limit IS NOT NULL)
            OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL)))
+                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                                     OR q.rate_limit IS NOT NULL)))
+      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
     LIMIT :limit::int
 ) AS due
+
+-- name: jobs_tenanted
+-- Whether pending jobs name tenants: an index probe of jobs_pending_tenant_idx (empty unless
+-- tenants are used). A drain that did not know asks when its plain claim comes back short.
+SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL) AS tenants
 
 -- name: jobs_vacuum
 -- Vacuum the jobs table now, skipping it if another vacuum holds it. Outside any transaction.
@@ -761,14 +986,6 @@ SELECT to_regclass('pgdrain_migrations') IS NOT NULL AS present
 SELECT EXISTS (SELECT 1 FROM pgdrain_queues WHERE queue = :queue::text)
        OR EXISTS (SELECT 1 FROM jobs WHERE queue = :queue::text) AS known
 
--- name: queue_lock_capped
--- Lock the capped queues' rows, in name order (two drains never deadlock on them), waiting
--- for a drain claiming from them now; until this transaction ends. See job_claim_capped.
-SELECT queue FROM pgdrain_queues
-WHERE max_running IS NOT NULL AND paused_at IS NULL
-ORDER BY queue
-FOR UPDATE
-
 -- name: queue_pause
 -- Pause :queue: a claim that starts after this commits takes none of its jobs. Pausing a paused
 -- queue keeps the first paused_at. Returns the queue's state.
@@ -785,18 +1002,23 @@ SET paused_at = NULL, updated_at = now()
 WHERE queue = :queue::text
 
 -- name: queue_set
--- Set :queue's cap (:max_running, NULL for none), creating its row if needed. Returns its
--- state.
-INSERT INTO pgdrain_queues AS q (queue, max_running, updated_at)
-VALUES (:queue::text, :max_running::int, now())
+-- Set :queue's cap (:max_running, NULL for none) if :set_cap, its rate limit (:rate_limit per
+-- :rate_period seconds, NULL for none) if :set_rate, creating its row if needed; what is not
+-- set stays. The rate window's recorded starts stay too: a lower rate applies at once to the
+-- starts already made. Returns the queue's state.
+INSERT INTO pgdrain_queues AS q (queue, max_running, rate_limit, rate_period, updated_at)
+VALUES (:queue::text, :max_running::int, :rate_limit::int, :rate_period::float8, now())
 ON CONFLICT (queue) DO UPDATE
-SET max_running = EXCLUDED.max_running, updated_at = now()
-RETURNING q.queue, q.paused_at, q.max_running
+SET max_running = CASE WHEN :set_cap::bool THEN EXCLUDED.max_running ELSE q.max_running END,
+    rate_limit  = CASE WHEN :set_rate::bool THEN EXCLUDED.rate_limit ELSE q.rate_limit END,
+    rate_period = CASE WHEN :set_rate::bool THEN EXCLUDED.rate_period ELSE q.rate_period END,
+    updated_at  = now()
+RETURNING q.queue, q.paused_at, q.max_running, q.rate_limit, q.rate_period
 
 -- name: queue_states
 -- Every queue set at run time, with when it was paused (NULL: it runs).
 SELECT queue, paused_at, EXTRACT(EPOCH FROM now() - paused_at)::float8 AS paused_seconds,
-       max_running
+       max_running, rate_limit, rate_period
 FROM pgdrain_queues
 ORDER BY queue
 

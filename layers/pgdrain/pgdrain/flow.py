@@ -1,0 +1,132 @@
+"""Flow control's decisions, pure: rate limits (``"100/min"``) and their sliding windows, and
+which of a controlled claim's candidates start under the queues' and types' room. No I/O,
+no clock of its own: the store passes the database's time in, so tests pass a fake one.
+
+A rate of N per period allows at most N starts in any window of that length (a sliding
+window, exact: it remembers the starts of the last period, a pair per claim), not N per
+calendar minute.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MAX_RATE_LIMIT = 10_000
+"""Most starts a rate may allow per period: the window keeps one timestamp per start."""
+MAX_RATE_PERIOD = 86_400.0
+
+PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
+           "h": 3600.0, "hour": 3600.0, "d": 86_400.0, "day": 86_400.0}
+_RATE = re.compile(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*")
+
+
+class RateError(ValueError):
+    """A rate that is not ``N/period``; the message says what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``limit`` starts in any ``period`` seconds."""
+
+    limit: int
+    period: float
+
+    def __str__(self) -> str:
+        for unit, seconds in (("day", 86_400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0)):
+            if self.period == seconds:
+                return f"{self.limit}/{unit}"
+        return f"{self.limit}/{self.period:g}s"
+
+
+def parse_rate(text: Any) -> Rate:
+    """``"10/s"``, ``"100/min"``, ``"5/h"``, ``"1000/day"``, ``"3/10s"`` (a period of 10 s).
+    Raise RateError saying what is wrong: the count is a whole number from 1 to 10,000 (a rate
+    of 0 would stop the queue: pause it instead), the period a unit of at most a day."""
+    if isinstance(text, Rate):
+        return text
+    if not isinstance(text, str):
+        raise RateError(f"must be text like '10/s' or '100/min', not {type(text).__name__}")
+    match = _RATE.fullmatch(text.lower())
+    if match is None:
+        raise RateError(f"{text!r} is not a rate: write N/period, e.g. '10/s', '100/min', "
+                        "'5/h', '3/10s'")
+    count, multiple, unit = match.groups()
+    if unit not in PERIODS:
+        raise RateError(f"{text!r}: unknown period {unit!r} (use s, min, h or day)")
+    limit = int(count)
+    if not 1 <= limit <= MAX_RATE_LIMIT:
+        raise RateError(f"{text!r}: the count must be from 1 to {MAX_RATE_LIMIT} (to stop a "
+                        "queue, pause it)")
+    period = PERIODS[unit] * (float(multiple) if multiple else 1.0)
+    if not 0 < period <= MAX_RATE_PERIOD:
+        raise RateError(f"{text!r}: the period must be more than 0 and at most a day")
+    return Rate(limit, period)
+
+
+def rate_room(starts: Sequence[float], now: float, rate: Rate) -> int:
+    """How many more jobs may start at ``now`` given the recorded ``starts`` (a window: see
+    ``rate_record``)."""
+    recent = sum(count for at, count in _pairs(starts) if at > now - rate.period)
+    return max(0, rate.limit - recent)
+
+
+def rate_free_in(starts: Sequence[float], now: float, rate: Rate) -> float:
+    """Seconds from ``now`` until one more start is allowed (0: now)."""
+    recent = [(at, count) for at, count in _pairs(starts) if at > now - rate.period]
+    total = sum(count for _, count in recent)
+    for at, count in recent:  # oldest first: the window frees as they leave it
+        if total < rate.limit:
+            break
+        total -= count
+        if total < rate.limit:
+            return max(0.0, at + rate.period - now)
+    return 0.0
+
+
+def rate_record(starts: Sequence[float], now: float, count: int, rate: Rate) -> list[float]:
+    """``starts`` with ``count`` starts at ``now`` added. A window is flat pairs, ``[at,
+    count, at, count, ...]`` oldest first: one pair per claim, not one number per job, so a
+    limit of 10,000 a minute keeps a pair per claim in the last minute. Pairs that left the
+    window, or that later ones make irrelevant (the newer pairs alone fill the limit), go."""
+    recent = [(at, n) for at, n in _pairs(starts) if at > now - rate.period]
+    if count:
+        recent.append((now, count))
+    while recent and sum(n for _, n in recent[1:]) >= rate.limit:
+        recent.pop(0)
+    return [x for at, n in recent for x in (at, float(n))]
+
+
+def _pairs(starts: Sequence[float]) -> list[tuple[float, int]]:
+    return [(starts[i], int(starts[i + 1])) for i in range(0, len(starts) - 1, 2)]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A due job a controlled claim may start: what its rooms depend on."""
+
+    id: int
+    queue: str
+    job_type: str
+
+
+def choose(candidates: Iterable[Candidate], *, batch_size: int, queue_room: Mapping[str, int],
+           type_room: Mapping[str, int]) -> list[int]:
+    """The ids to start, in the candidates' order (the claim's order), up to ``batch_size``:
+    a job starts only while its queue and its type (each if limited) have room."""
+    queues, types = dict(queue_room), dict(type_room)
+    chosen: list[int] = []
+    for c in candidates:
+        if len(chosen) >= batch_size:
+            break
+        if queues.get(c.queue, math.inf) <= 0 or types.get(c.job_type, math.inf) <= 0:
+            continue
+        if c.queue in queues:
+            queues[c.queue] -= 1
+        if c.job_type in types:
+            types[c.job_type] -= 1
+        chosen.append(c.id)
+    return chosen
