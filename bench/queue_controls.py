@@ -99,7 +99,7 @@ def main() -> None:
                 for n in args.paused},
              "capped at 10,000 (never binds)": Case(cap=10_000),
              "capped at 100": Case(cap=100),
-             "rate 10,000/s (never binds)": Case(rate="10000/s"),
+             "rate 10,000/s (binds only above it)": Case(rate="10000/s"),
              "cap 10,000 and rate 10,000/s": Case(cap=10_000, rate="10000/s"),
              "1,000 ordering keys": Case(keys=1000),
              "10 tenants (fair claim)": Case(tenants=10),

@@ -109,3 +109,17 @@ def sql_count(database_url: str) -> int:
         return int(c.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0])
     finally:
         c.close()
+
+
+def test_a_lost_claim_in_a_capped_queue_is_claimed_within_the_cap_its_start_recorded(conn,
+                                                                                     sql):
+    """The lone claim leaves controlled queues alone: the controlled claim takes a job whose
+    claim was lost before, records its start, and says so (the drain runs it alone)."""
+    ident = pgdrain.enqueue(conn, "call-api", queue="partner").id
+    sql("UPDATE jobs SET lost_claims = 1 WHERE id = :id", id=ident)
+    pgdrain.set_queue(conn, "partner", max_running=1)
+    assert pgdrain.store.claim_alone(conn, lease_seconds=60) is None
+    [job] = claim_controlled(conn, batch_size=10, lease_seconds=60).jobs
+    assert (job.id, job.lost_claims) == (ident, 1)
+    assert sql("SELECT started_at IS NOT NULL AS started FROM jobs WHERE id = :id",
+               id=ident) == [{"started": True}]

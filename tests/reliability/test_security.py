@@ -352,6 +352,20 @@ def happy_path(load_function: Callable[..., Any], admin_sql: Callable[..., Any],
         event["pathParameters"] = {"queue": "default"}
         status, view = _call(enqueue, event)
         assert (status, view["queue"]) == (200, "default"), view
+
+    # Flow control: a capped, rate-limited queue (the controlled claim locks its row and
+    # writes its window), ordering keys and tenants (the fair claim).
+    event = load_event("queue_set.json")
+    event["path"], event["pathParameters"] = "/queues/default", {"queue": "default"}
+    status, view = _call(enqueue, event)
+    assert (status, view["max_running"], view["rate"]) == (200, 3, "10/s"), view
+    status, body = _call(enqueue, _post({"jobs": [
+        {"job_type": "test-noop", "ordering_key": "k"}, {"job_type": "test-noop",
+                                                         "ordering_key": "k"},
+        {"job_type": "test-noop", "queue": "other", "tenant": "t"}]}))
+    assert status == 201, body
+    flowing = _call(drain, load_event("drain_direct.json"))
+    assert flowing["done"] == 3, flowing
     return {k: v for k, v in summary.items() if isinstance(v, int)}
 
 
@@ -377,7 +391,7 @@ def test_documented_grants_run_every_path(layout, roles: Roles, load_function):
             urls = roles.url("enqueue"), roles.url("drain")
         happy_path(load_function, admin_sql, *urls)
         counts = dict(admin.run("SELECT status, count(*) FROM jobs GROUP BY status"))
-        assert counts == {"done": 6, "failed": 2, "pending": 1}, counts
+        assert counts == {"done": 9, "failed": 2, "pending": 1}, counts
         # Nobody but the roles of the page connected: the statistics came from them too.
         users = {r[0] for r in admin.run("SELECT DISTINCT usename FROM pg_stat_activity "
                                          "WHERE datname = current_database()")}

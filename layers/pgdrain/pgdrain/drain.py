@@ -219,10 +219,11 @@ class PostgresStore:
         self.connector = connector
         self.pool = connector.pool(pool_size)
         self.hooked = tuple(hooked)
+        """Job types with an on_failed hook: a failed write inserts the hook's job."""
         self.type_rates = dict(type_rates or {})
+        """Job types with a rate limit: claim_controlled takes them, the plain claim not."""
         self.limited_types = sorted(self.type_rates)
         self.rates_declared = False
-        """Job types with an on_failed hook: a failed write inserts the hook's job."""
 
     @property
     def connected(self) -> bool:

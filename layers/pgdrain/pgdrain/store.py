@@ -167,15 +167,7 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
                 windows[row["scope"], row["name"]] = rate, starts
                 room = min(room, flow.rate_room(starts, now, rate))
             (queue_room if row["scope"] == "queue" else type_room)[row["name"]] = room
-        candidates = [flow.Candidate(r["id"], r["queue"], r["job_type"]) for r in session.rows(
-            "job_claim_candidates", batch_size=batch_size,
-            room_queues=list(queue_room), queue_rooms=list(queue_room.values()),
-            room_types=list(type_room), type_rooms=list(type_room.values()),
-            queues=list(queues) if queues else None)]
-        ids = flow.choose(candidates, batch_size=batch_size, queue_room=queue_room,
-                          type_room=type_room)
-        rows = session.rows("job_claim_ids", ids=ids, lease_seconds=lease_seconds) if ids \
-            else []
+        rows = _claim_within(session, batch_size, lease_seconds, queues, queue_room, type_room)
         started: dict[tuple[str, str], int] = {}
         for row in rows:
             for key in (("queue", row["queue"]), ("type", row["job_type"])):
@@ -196,6 +188,25 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
             wait = min(full.values())
     jobs = sorted((_claimed_job(r) for r in rows), key=lambda j: (j.priority, j.run_at, j.id))
     return ControlledClaim(jobs, wait)
+
+
+def _claim_within(session: Session, batch_size: int, lease_seconds: float,
+                  queues: Sequence[str] | None, queue_room: dict[str, int],
+                  type_room: dict[str, int]) -> list[dict[str, Any]]:
+    """Claim due jobs within the queues' and types' room: in one statement when no type is
+    rate-limited (each queue's candidates all fit), else candidates, ``flow.choose``, claim."""
+    only = list(queues) if queues else None
+    if not type_room:
+        return session.rows("job_claim_controlled", batch_size=batch_size,
+                            lease_seconds=lease_seconds, room_queues=list(queue_room),
+                            queue_rooms=list(queue_room.values()), queues=only)
+    candidates = [flow.Candidate(r["id"], r["queue"], r["job_type"]) for r in session.rows(
+        "job_claim_candidates", batch_size=batch_size,
+        room_queues=list(queue_room), queue_rooms=list(queue_room.values()),
+        room_types=list(type_room), type_rooms=list(type_room.values()), queues=only)]
+    ids = flow.choose(candidates, batch_size=batch_size, queue_room=queue_room,
+                      type_room=type_room)
+    return session.rows("job_claim_ids", ids=ids, lease_seconds=lease_seconds) if ids else []
 
 
 def _limited_due(session: Session, full: Mapping[tuple[str, str], float],

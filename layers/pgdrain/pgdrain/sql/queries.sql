@@ -371,9 +371,10 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- up to each capped or rate-limited queue's room (:room_queues, :queue_rooms), and up to each
 -- rate-limited type's room among the other queues (:room_types, :type_rooms), each at most a
 -- batch, in claim order. Run after flow_queue_lock / flow_type_lock / flow_rooms; the caller
--- picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues, jobs
--- whose claim was lost before and ordering keys' later jobs are left out as by the plain
--- claim.
+-- picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues and
+-- ordering keys' later jobs are left out as by the plain claim; a job whose claim was lost
+-- before is taken here (job_claim_alone leaves controlled queues and types alone), its start
+-- recorded, and the drain runs it alone.
 WITH queue_room AS (
     SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
     WHERE r.room > 0
@@ -388,7 +389,7 @@ FROM (
     CROSS JOIN LATERAL (
         SELECT id, queue, job_type, priority, run_at
         FROM jobs
-        WHERE status = 'pending' AND queue = r.queue AND run_at <= now() AND lost_claims = 0
+        WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
           AND (expires_at IS NULL OR expires_at > now())
           AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
       AND (ordering_key IS NULL OR NOT EXISTS (
@@ -407,7 +408,7 @@ FROM (
         SELECT id, queue, job_type, priority, run_at
         FROM jobs
         WHERE status = 'pending' AND job_type = t.job_type AND run_at <= now()
-          AND lost_claims = 0 AND (expires_at IS NULL OR expires_at > now())
+          AND (expires_at IS NULL OR expires_at > now())
           AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
           AND NOT EXISTS (SELECT FROM pgdrain_queues AS q
                           WHERE q.queue = jobs.queue
@@ -425,6 +426,53 @@ FROM (
 ) AS c
 ORDER BY c.priority, c.run_at, c.id
 
+-- name: job_claim_controlled
+-- Claim up to :batch_size due jobs of capped or rate-limited queues within each queue's room
+-- (:room_queues, :queue_rooms; read by flow_rooms under flow_queue_lock), each queue offering
+-- at most a batch, in claim order: job_claim_candidates and job_claim_ids in one statement,
+-- for a drain that declares no rate-limited job type (then no type's room can refuse a
+-- candidate, and nothing is left to pick in Python).
+WITH queue_room AS (
+    SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
+    WHERE r.room > 0
+), due AS MATERIALIZED (
+    SELECT d.id
+    FROM queue_room AS r
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM jobs
+        WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
+          AND (expires_at IS NULL OR expires_at > now())
+          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+      AND (ordering_key IS NULL OR NOT EXISTS (
+               SELECT FROM jobs AS o
+               WHERE o.ordering_key = jobs.ordering_key
+                 AND o.status IN ('pending', 'running')
+                 AND (o.status = 'running' OR o.id < jobs.id)))
+        ORDER BY priority, run_at, id
+        LIMIT least(r.room, :batch_size::int)
+        FOR UPDATE SKIP LOCKED
+    ) AS d
+    ORDER BY d.priority, d.run_at, d.id
+    LIMIT :batch_size::int
+), claimed AS (
+    UPDATE jobs AS j
+    SET status           = 'running',
+        attempts         = j.attempts + 1,
+        claimed_at       = now(),
+        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
+        lease_token      = gen_random_uuid(),
+        -- A job whose claim was lost before has its start recorded, as job_claim_alone does.
+        started_at       = CASE WHEN j.lost_claims > 0 THEN now() END,
+        updated_at       = now()
+    FROM due
+    WHERE j.id = due.id
+    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
+              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
+              j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
+)
+SELECT * FROM claimed ORDER BY priority, run_at, id
+
 -- name: job_claim_fair
 -- Claim up to :batch_size due jobs taking from each tenant in turn, while pending jobs name
 -- tenants: each tenant's first jobs (and those of jobs without a tenant, one more group) are
@@ -432,7 +480,9 @@ ORDER BY c.priority, c.run_at, c.id
 -- second, so a tenant's flood never holds another's job back more than one claim. The
 -- tenants are found by skipping through jobs_pending_tenant_idx (one probe per tenant); each
 -- group offers at most its share of the batch. Otherwise as job_claim_batch (the same jobs
--- are left out). Jobs without a tenant are read off jobs_pending_idx past tenanted ones.
+-- are left out). Jobs without a tenant are looked for among the first 1,000 due jobs of
+-- jobs_pending_idx only: a bounded read whatever the flood (give every job of a shared queue a
+-- tenant; an untenanted job behind 1,000 tenanted ones waits for them to go).
 WITH RECURSIVE tenants AS (
     (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
      ORDER BY tenant LIMIT 1)
@@ -480,8 +530,9 @@ WITH RECURSIVE tenants AS (
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at,
                row_number() OVER (ORDER BY priority, run_at, id) AS turn
+        FROM (SELECT id, priority, run_at, tenant
         FROM jobs
-        WHERE status = 'pending' AND tenant IS NULL
+        WHERE status = 'pending'
           AND run_at <= now() AND lost_claims = 0
           AND (expires_at IS NULL OR expires_at > now())
           AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
@@ -498,6 +549,9 @@ WITH RECURSIVE tenants AS (
                WHERE o.ordering_key = jobs.ordering_key
                  AND o.status IN ('pending', 'running')
                  AND (o.status = 'running' OR o.id < jobs.id)))
+        ORDER BY priority, run_at, id
+        LIMIT 1000) AS ahead
+        WHERE tenant IS NULL
         ORDER BY priority, run_at, id
         LIMIT share.n
     ) AS c
@@ -534,11 +588,13 @@ SET status           = 'running',
         claimed_at       = now(),
         lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
         lease_token      = gen_random_uuid(),
+        -- A job whose claim was lost before has its start recorded, as job_claim_alone does.
+        started_at       = CASE WHEN j.lost_claims > 0 THEN now() END,
         updated_at       = now()
 WHERE j.id = ANY (:ids::bigint[]) AND j.status = 'pending'
 RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
               j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key
+              j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
 
 -- name: job_complete_batch
 -- Mark claimed jobs done: job_finish_batch for the commonest case, two arrays instead of five
