@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_RATE_LIMIT = 10_000
 """Most starts a rate may allow per period: the window keeps one timestamp per start."""
@@ -21,15 +20,15 @@ MAX_RATE_PERIOD = 86_400.0
 
 PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
            "h": 3600.0, "hour": 3600.0, "d": 86_400.0, "day": 86_400.0}
-_RATE = re.compile(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*")
+# Compiled at the first use (re caches it), not at import: every function's init imports this.
+_RATE = r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*"
 
 
 class RateError(ValueError):
     """A rate that is not ``N/period``; the message says what is wrong."""
 
 
-@dataclass(frozen=True, slots=True)
-class Rate:
+class Rate(NamedTuple):
     """At most ``limit`` starts in any ``period`` seconds."""
 
     limit: int
@@ -50,7 +49,7 @@ def parse_rate(text: Any) -> Rate:
         return text
     if not isinstance(text, str):
         raise RateError(f"must be text like '10/s' or '100/min', not {type(text).__name__}")
-    match = _RATE.fullmatch(text.lower())
+    match = re.fullmatch(_RATE, text.lower())
     if match is None:
         raise RateError(f"{text!r} is not a rate: write N/period, e.g. '10/s', '100/min', "
                         "'5/h', '3/10s'")
@@ -104,8 +103,7 @@ def _pairs(starts: Sequence[float]) -> list[tuple[float, int]]:
     return [(starts[i], int(starts[i + 1])) for i in range(0, len(starts) - 1, 2)]
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):
     """A due job a controlled claim may start: what its rooms depend on."""
 
     id: int
