@@ -446,3 +446,23 @@ def test_expiry_through_the_api(app, sql):
     status, body, _ = post_jobs(app, {"job_type": "send-email", "expires_at": "tomorrow"})
     assert (status, body["details"]) == (422, {"field": "expires_at"})
     assert job_count(sql) == 2
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("ordering_key", "k" * 501), ("ordering_key", ""), ("tenant", "t" * 201), ("tenant", 7)])
+def test_a_bad_ordering_key_or_tenant_is_a_422_naming_it(app, sql, field, value):
+    status, body, _ = post_jobs(app, {"jobs": [{"job_type": "test-noop"},
+                                               {"job_type": "test-noop", field: value}]})
+    assert status == 422 and body["details"]["field"] == f"jobs[1].{field}", body
+    assert job_count(sql) == 0
+
+
+def test_ordering_key_and_tenant_are_stored_and_shown(app, sql):
+    status, body, _ = post_jobs(app, {"job_type": "test-noop", "ordering_key": "customer-7",
+                                      "tenant": "acme"})
+    assert status == 201
+    event = load_event("job_get.json")
+    ident = body["ids"][0]
+    event["path"], event["pathParameters"] = f"/jobs/{ident}", {"id": str(ident)}
+    status, view, _ = call(app, event)
+    assert (status, view["ordering_key"], view["tenant"]) == (200, "customer-7", "acme")
