@@ -125,6 +125,10 @@ class FakeStore:
         self._step("tenanted")
         return False
 
+    def rated_due(self, queues: Sequence[str] | None) -> bool:
+        self._step("rated_due")
+        return bool(self.rate_holds)
+
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
         self._step("claim_alone")
         due = self._due(queues, alone=True)

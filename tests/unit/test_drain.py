@@ -363,3 +363,26 @@ def test_a_rate_that_frees_too_late_stops_the_drain_early(registry, concurrency)
     assert summary.stopped == "rate_limited"
     assert store.calls.count("claim_controlled") == 1
     assert time.monotonic() - started < 5  # it returned, not slept or polled to its deadline
+
+
+def test_a_rated_type_with_nothing_due_keeps_the_drain_on_the_plain_claim(registry):
+    """Declaring rate= costs the drain a look for the type's due jobs, not a controlled claim
+    (and its row lock) on every claim."""
+    pgdrain.job("rated", registry=registry, rate="5/min")(lambda job: None)
+    store = FakeStore()
+    for _ in range(3):
+        store.add("ok")
+    summary = run(store, registry)
+    assert (summary.done, summary.stopped) == (3, "empty")
+    assert "claim_controlled" not in store.calls
+    assert store.calls.count("rated_due") == 1  # once at the first claim, then not within 1 s
+
+
+def test_a_rated_type_with_jobs_due_claims_through_the_controlled_claim(registry):
+    pgdrain.job("rated", registry=registry, rate="5/min")(lambda job: None)
+    store = FakeStore(rate_holds=[0.05])
+    summary = run(store, registry, 10)
+    assert summary.stopped == "empty"
+    assert store.calls.count("rated_due") == 1
+    # Held, waited for, claimed again (nothing due any more: back to the plain claim).
+    assert store.calls.count("claim_controlled") == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pgdrain.flow import (
+    NO_LIMIT,
     Candidate,
     Rate,
     RateError,
@@ -14,6 +15,7 @@ from pgdrain.flow import (
     rate_free_in,
     rate_record,
     rate_room,
+    room,
 )
 
 
@@ -93,3 +95,13 @@ def test_choose_respects_queue_and_type_room_in_claim_order():
     assert picked == [1, 2, 4, 5]
     assert choose(candidates, batch_size=3, queue_room={}, type_room={}) == [1, 2, 3]
     assert choose(candidates, batch_size=10, queue_room={"api": 0}, type_room={"sync": 0}) == [5]
+
+
+def test_room_is_the_smaller_of_the_caps_and_the_rates():
+    window = rate_record([], 100.0, 3, Rate(5, 60.0))
+    assert room(max_running=None, running=0, rate=None, starts=[], now=0.0) == NO_LIMIT
+    assert room(max_running=4, running=1, rate=None, starts=[], now=0.0) == 3
+    assert room(max_running=4, running=6, rate=None, starts=[], now=0.0) == 0
+    assert room(max_running=None, running=0, rate=Rate(5, 60.0), starts=window,
+                now=110.0) == 2
+    assert room(max_running=10, running=9, rate=Rate(5, 60.0), starts=window, now=110.0) == 1

@@ -65,6 +65,10 @@ RATE_WAIT_SLACK_SECONDS = 0.01
 # A drain that did not see tenants at its start looks again at most this often (when a claim
 # comes back short): a tenant's flood that comes later is shared fairly within a second.
 TENANT_LOOK_SECONDS = 1.0
+# A drain whose job modules declare rate-limited types looks for their due jobs at its first
+# claim, then at most this often while none is due (a walk of the claim's index: there is no
+# index by type), and claims through the controlled claim only while some are.
+RATED_LOOK_SECONDS = 1.0
 
 # After a worker thread's time limit ran out, it has this long to stop before its job is
 # recorded as timed out without it (and the thread counted as a runaway).
@@ -179,6 +183,9 @@ class DrainStore(Protocol):
     def tenanted(self) -> bool:
         """Whether pending jobs name tenants."""
 
+    def rated_due(self, queues: Sequence[str] | None) -> bool:
+        """Whether a job of a rate-limited type (the registry's) is due."""
+
     def finish_many(self, finishes: Sequence[Finish]) -> Written: ...
 
     def session(self) -> Session:
@@ -270,6 +277,10 @@ class PostgresStore:
 
     def tenanted(self) -> bool:
         return pgstore.tenanted(self.session())
+
+    def rated_due(self, queues: Sequence[str] | None) -> bool:
+        return bool(self.limited_types) and pgstore.limited_due(
+            self.session(), queues=(), job_types=self.limited_types, only_queues=queues)
 
     def finish_many(self, finishes: Sequence[Finish]) -> Written:
         return pgstore.finish_many(self.session(), finishes, hooked=self.hooked)
@@ -388,10 +399,16 @@ class _Drain:
         self.completer = Completer(store.finish_many, self._recorded)
         self.started = 0
         self.alone_due = False
-        self.controlled = bool(registry.type_rates())
-        """Some queue has a cap or a rate limit (the janitor's look at the start), or a job
-        type a rate: claim through claim_controlled too. A limit set later is obeyed at once
-        (the plain claim leaves such queues alone) and served from the next drain on."""
+        self.controlled = False
+        """Some queue has a cap or a rate limit (the janitor's look at the start): claim
+        through claim_controlled too. A limit set later is obeyed at once (the plain claim
+        leaves such queues alone) and served from the next drain on."""
+        self.rated = bool(registry.type_rates())
+        self.rated_due = False
+        """A job of a rate-limited type is due (looked for at the start, then at most every
+        RATED_LOOK_SECONDS while none is): claim through claim_controlled too. Only then:
+        the controlled claim takes turns with other drains on the type's row lock."""
+        self.rated_seen_at = 0.0
         self.fair = False
         """Pending jobs name tenants: the plain claim takes from each in turn."""
         self.tenants_seen_at = 0.0
@@ -440,7 +457,7 @@ class _Drain:
         self.summary.expired = janitor.expired
         self.summary.purged = janitor.purged
         self.alone_due = janitor.alone_due
-        self.controlled = self.controlled or janitor.controlled
+        self.controlled = janitor.controlled
         self.fair = janitor.tenants
         self.tenants_seen_at = time.monotonic()
         self.summary.vacuumed = int(self.store.vacuum_if_due(self.settings))
@@ -518,10 +535,13 @@ class _Drain:
             self.alone_due = False
         jobs: list[Job] = []
         self.rate_free_in = None
-        if self.controlled:  # first, or a steady flow of others' jobs would leave them waiting
+        # First, or a steady flow of others' jobs would leave them waiting.
+        if self.controlled or self._rated_due():
             controlled = self.store.claim_controlled(batch_size=size, lease_seconds=self.lease,
                                                      queues=queues)
             jobs, self.rate_free_in = controlled.jobs, controlled.rate_free_in
+            if not self.controlled and not jobs and self.rate_free_in is None:
+                self.rated_due = False  # none due any more: look again in a while
         if len(jobs) < size:
             more = self.store.claim(batch_size=size - len(jobs), lease_seconds=self.lease,
                                     queues=queues, fair=self.fair)
@@ -533,6 +553,18 @@ class _Drain:
         if jobs:
             self.rate_free_in = None
         return jobs
+
+    def _rated_due(self) -> bool:
+        """Whether to claim rate-limited types' jobs: while some were due at the last look,
+        and at a look at most every RATED_LOOK_SECONDS (the first at the first claim)."""
+        if not self.rated or self.rated_due:
+            return self.rated_due
+        now = time.monotonic()
+        if self.rated_seen_at and now - self.rated_seen_at < RATED_LOOK_SECONDS:
+            return False
+        self.rated_seen_at = now
+        self.rated_due = self.store.rated_due(self.settings.queues or None)
+        return self.rated_due
 
     def _tenants_came(self) -> bool:
         """Whether jobs naming tenants came since the last look (the janitor's, at the start):

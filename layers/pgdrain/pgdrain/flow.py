@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 MAX_RATE_LIMIT = 10_000
 """Most starts a rate may allow per period: the window keeps one timestamp per start."""
 MAX_RATE_PERIOD = 86_400.0
+NO_LIMIT = 2**31 - 1
+"""The room of a queue or type with neither a cap nor a rate (an int column's largest)."""
 
 PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
            "h": 3600.0, "hour": 3600.0, "d": 86_400.0, "day": 86_400.0}
@@ -71,6 +73,14 @@ def rate_room(starts: Sequence[float], now: float, rate: Rate) -> int:
     ``rate_record``)."""
     recent = sum(count for at, count in _pairs(starts) if at > now - rate.period)
     return max(0, rate.limit - recent)
+
+
+def room(*, max_running: int | None, running: int, rate: Rate | None,
+         starts: Sequence[float], now: float) -> int:
+    """How many more jobs a queue or type may start now: the smaller of its cap's room
+    (``max_running`` less ``running``) and its rate's, each if set; NO_LIMIT if neither."""
+    left = NO_LIMIT if max_running is None else max(0, max_running - running)
+    return left if rate is None else min(left, rate_room(starts, now, rate))
 
 
 def rate_free_in(starts: Sequence[float], now: float, rate: Rate) -> float:

@@ -36,8 +36,6 @@ JANITOR_LOCK_KEY = 0x70676472_61696E01
 MIGRATION_LOCK_KEY = 0x70676472_61696E02
 # The Backlog metric counts due jobs up to this many: enough for an alarm, and a bounded read.
 BACKLOG_CAP = 10_000
-# A queue or type without a cap has this much room as far as caps go.
-BIG_ROOM = 2**31 - 1
 
 
 # --- enqueue ------------------------------------------------------------------------------------
@@ -157,16 +155,14 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
         windows: dict[tuple[str, str], tuple[Rate, list[float]]] = {}
         now = 0.0
         for row in session.rows("flow_rooms", queues=locked, job_types=types):
-            now = row["now"]
-            room = BIG_ROOM
-            if row["max_running"] is not None:
-                room = max(0, row["max_running"] - row["running"])
-            if row["rate_limit"] is not None:
-                rate = Rate(row["rate_limit"], row["rate_period"])
-                starts = list(row["rate_starts"] or ())
+            now, starts = row["now"], list(row["rate_starts"] or ())
+            rate = None if row["rate_limit"] is None else Rate(row["rate_limit"],
+                                                              row["rate_period"])
+            if rate is not None:
                 windows[row["scope"], row["name"]] = rate, starts
-                room = min(room, flow.rate_room(starts, now, rate))
-            (queue_room if row["scope"] == "queue" else type_room)[row["name"]] = room
+            (queue_room if row["scope"] == "queue" else type_room)[row["name"]] = flow.room(
+                max_running=row["max_running"], running=row["running"] or 0, rate=rate,
+                starts=starts, now=now)
         rows = _claim_within(session, batch_size, lease_seconds, queues, queue_room, type_room)
         started: dict[tuple[str, str], int] = {}
         for row in rows:
@@ -184,7 +180,9 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
                 for key, (rate, starts) in windows.items() if key not in started and
                 flow.rate_room(starts, now, rate) == 0}
         wait = None
-        if not rows and full and _limited_due(session, full, queues):
+        if not rows and full and limited_due(
+                session, queues=[n for s, n in full if s == "queue"],
+                job_types=[n for s, n in full if s == "type"], only_queues=queues):
             wait = min(full.values())
     jobs = sorted((_claimed_job(r) for r in rows), key=lambda j: (j.priority, j.run_at, j.id))
     return ControlledClaim(jobs, wait)
@@ -209,12 +207,13 @@ def _claim_within(session: Session, batch_size: int, lease_seconds: float,
     return session.rows("job_claim_ids", ids=ids, lease_seconds=lease_seconds) if ids else []
 
 
-def _limited_due(session: Session, full: Mapping[tuple[str, str], float],
-                 queues: Sequence[str] | None) -> bool:
-    row = session.one("flow_limited_due",
-                      queues=[n for s, n in full if s == "queue"],
-                      job_types=[n for s, n in full if s == "type"],
-                      only_queues=list(queues) if queues else None)
+def limited_due(conn: Any, *, queues: Sequence[str], job_types: Sequence[str],
+                only_queues: Sequence[str] | None) -> bool:
+    """Whether a job of ``queues`` or of ``job_types`` is due (among ``only_queues``, if
+    given): a walk of the claim's index to the first one."""
+    row = as_session(conn).one("flow_limited_due", queues=list(queues),
+                               job_types=list(job_types),
+                               only_queues=list(only_queues) if only_queues else None)
     return bool(row and row["due"])
 
 
