@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 MAX_RATE_LIMIT = 10_000
-"""Most starts a rate may allow per period: the window keeps one timestamp per start."""
+"""Most starts a rate may allow per period (the window trims to what can still limit: at most
+this many pairs)."""
 MAX_RATE_PERIOD = 86_400.0
 NO_LIMIT = 2**31 - 1
 """The room of a queue or type with neither a cap nor a rate (an int column's largest)."""
