@@ -15,7 +15,7 @@ import pgdrain
 from pgdrain import Backoff, Settings
 from pgdrain.registry import Registry
 from pgdrain.store import claim_alone
-from tests.support.drains import run_all, run_drain
+from tests.support.drains import jobs_left, run_all, run_drain
 
 
 def ids(jobs) -> list[int]:
@@ -129,7 +129,7 @@ def test_racing_drains_keep_each_key_in_order_through_retries(database_url, conn
 
     def one() -> None:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and sql_left(database_url):
+        while time.monotonic() < deadline and jobs_left(database_url):
             run_drain(database_url, registry, 10.0, **settings)
 
     run_all([threading.Thread(target=one) for _ in range(8)], timeout=90)
@@ -142,10 +142,3 @@ def test_racing_drains_keep_each_key_in_order_through_retries(database_url, conn
             assert earlier[3] <= later[2], (key, earlier, later)   # never two at once
         assert len(seen) == 10 + len([n for n in range(10) if n % 3 == 0])
 
-
-def sql_left(database_url: str) -> int:
-    c = pgdrain.db.connect(database_url)
-    try:
-        return int(c.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0])
-    finally:
-        c.close()

@@ -15,7 +15,7 @@ from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
 from pgdrain.store import claim_controlled
-from tests.support.drains import clock, run_all
+from tests.support.drains import clock, jobs_left, run_all
 
 
 def test_a_capped_queue_gives_out_only_its_room(conn, sql):
@@ -83,7 +83,7 @@ def test_sixteen_drains_never_run_more_than_the_cap(database_url, conn, sql):
     def one() -> None:
         connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
         try:
-            while sql_count(database_url) and not stop.is_set():
+            while jobs_left(database_url) and not stop.is_set():
                 drain(connector, registry, Settings(concurrency=10, max_drains=32),
                       time_left=clock(30))
         finally:
@@ -101,14 +101,6 @@ def test_sixteen_drains_never_run_more_than_the_cap(database_url, conn, sql):
     assert sql("SELECT status, count(*) AS n, max(attempts) AS tries FROM jobs "
                "GROUP BY status") == [{"status": "done", "n": 250, "tries": 1}]
 
-
-def sql_count(database_url: str) -> int:
-    """Jobs not done yet (each drain thread runs drains until none is left)."""
-    c = connect(database_url)
-    try:
-        return int(c.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0])
-    finally:
-        c.close()
 
 
 def test_a_lost_claim_in_a_capped_queue_is_claimed_within_the_cap_its_start_recorded(conn,

@@ -34,6 +34,16 @@ def run_drain(database_url: str, registry: Registry, seconds: float = 30.0,
         connector.discard()
 
 
+def jobs_left(database_url: str) -> int:
+    """Jobs not done yet, read on a connection of its own (a test's drain threads run drains
+    until none is left)."""
+    conn = connect(database_url)
+    try:
+        return int(conn.run("SELECT count(*) FROM jobs WHERE status <> 'done'")[0][0])
+    finally:
+        conn.close()
+
+
 def run_all(threads: Sequence[threading.Thread], timeout: float = 120.0) -> None:
     """Start ``threads`` together and wait for them all, at most ``timeout`` in all."""
     for thread in threads:

@@ -17,7 +17,6 @@ from . import store
 from .db import as_session
 from .enqueue import text_field
 from .errors import InvalidJobError, UnknownQueue
-from .flow import RateError, parse_rate
 from .models import MAX_INT, MAX_TEXT
 
 
@@ -71,6 +70,8 @@ def set_queue(conn: Any, queue: str, *, max_running: Any = UNCHANGED, rate: Any 
                               "queue, pause it), or none", field="max_running")
     limit = None
     if rate not in (None, UNCHANGED):
+        from .flow import RateError, parse_rate
+
         try:
             limit = parse_rate(rate)
         except RateError as exc:

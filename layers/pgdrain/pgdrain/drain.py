@@ -23,7 +23,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import store as pgstore
 from .completer import Completer, Recorded
@@ -35,7 +35,6 @@ from .errors import (
     Discard,
     HandlerTimeout,
 )
-from .flow import Rate
 from .hooks import install as install_hooks
 from .janitor import run_janitor, vacuum_if_due
 from .models import Finish, JanitorResult, Job, Outcome, Written
@@ -47,6 +46,9 @@ from .scheduler import enqueue_due
 from .settings import Settings
 from .store import ControlledClaim
 from .timeouts import TimeLimits
+
+if TYPE_CHECKING:
+    from .flow import Rate
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +310,25 @@ class PostgresStore:
                                  limited_types=self.limited_types)
 
 
+class _Every:
+    """A look at the database taken at most once every ``seconds``."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.last: float | None = None
+
+    def looked(self) -> None:
+        self.last = time.monotonic()
+
+    def due(self) -> bool:
+        """True (and counted as a look) if the last look is ``seconds`` old, or none was."""
+        now = time.monotonic()
+        if self.last is not None and now - self.last < self.seconds:
+            return False
+        self.last = now
+        return True
+
+
 class _StaleClaim(Exception):
     """A transactional job's done write found its claim lost: roll its writes back."""
 
@@ -408,10 +429,10 @@ class _Drain:
         """A job of a rate-limited type is due (looked for at the start, then at most every
         RATED_LOOK_SECONDS while none is): claim through claim_controlled too. Only then:
         the controlled claim takes turns with other drains on the type's row lock."""
-        self.rated_seen_at = 0.0
+        self.rated_look = _Every(RATED_LOOK_SECONDS)
         self.fair = False
         """Pending jobs name tenants: the plain claim takes from each in turn."""
-        self.tenants_seen_at = 0.0
+        self.tenant_look = _Every(TENANT_LOOK_SECONDS)
         self.rate_free_in: float | None = None
         """After a claim that found nothing: the seconds until a rate limit that held due
         work back lets one more start (None: no rate held anything back)."""
@@ -459,7 +480,7 @@ class _Drain:
         self.alone_due = janitor.alone_due
         self.controlled = janitor.controlled
         self.fair = janitor.tenants
-        self.tenants_seen_at = time.monotonic()
+        self.tenant_look.looked()
         self.summary.vacuumed = int(self.store.vacuum_if_due(self.settings))
         self.summary.scheduled = self.store.enqueue_scheduled(self.registry)
 
@@ -557,23 +578,14 @@ class _Drain:
     def _rated_due(self) -> bool:
         """Whether to claim rate-limited types' jobs: while some were due at the last look,
         and at a look at most every RATED_LOOK_SECONDS (the first at the first claim)."""
-        if not self.rated or self.rated_due:
-            return self.rated_due
-        now = time.monotonic()
-        if self.rated_seen_at and now - self.rated_seen_at < RATED_LOOK_SECONDS:
-            return False
-        self.rated_seen_at = now
-        self.rated_due = self.store.rated_due(self.settings.queues or None)
+        if self.rated and not self.rated_due and self.rated_look.due():
+            self.rated_due = self.store.rated_due(self.settings.queues or None)
         return self.rated_due
 
     def _tenants_came(self) -> bool:
         """Whether jobs naming tenants came since the last look (the janitor's, at the start):
         asked when a claim comes back short, at most once every TENANT_LOOK_SECONDS."""
-        now = time.monotonic()
-        if now - self.tenants_seen_at < TENANT_LOOK_SECONDS:
-            return False
-        self.tenants_seen_at = now
-        return self.store.tenanted()
+        return self.tenant_look.due() and self.store.tenanted()
 
     def _wait_for_rate(self) -> bool:
         """The claim found only work a rate limit holds back: wait until the limit lets one

@@ -46,6 +46,13 @@ NO_NUL = "^[^\\u0000]*$"
 DATE_TIME = {"type": "string", "format": "date-time"}
 
 
+def _text(limit: int, *, nullable: bool = False) -> dict[str, Any]:
+    """The schema of a text field: 1 to ``limit`` characters, no NUL (null too if
+    ``nullable``)."""
+    schema = {"type": "string", "minLength": 1, "maxLength": limit, "pattern": NO_NUL}
+    return {"anyOf": [schema, {"type": "null"}]} if nullable else schema
+
+
 @dataclass(frozen=True, slots=True)
 class JobField:
     """One field of a job as callers give it: its name, JSON schema and meaning."""
@@ -57,9 +64,7 @@ class JobField:
 
 
 JOB_FIELDS: tuple[JobField, ...] = (
-    JobField("job_type", {"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
-                          "pattern": NO_NUL},
-             "A registered job type.", required=True),
+    JobField("job_type", _text(MAX_TEXT), "A registered job type.", required=True),
     JobField("payload", {"type": "object"}, "The job's input, a JSON object. Default {}."),
     JobField("run_at", {"anyOf": [DATE_TIME, {"type": "null"}]},
              "When the job becomes due: an ISO 8601 date-time with a timezone "
@@ -71,8 +76,7 @@ JOB_FIELDS: tuple[JobField, ...] = (
     JobField("priority", {"type": "integer", "minimum": SMALLINT[0], "maximum": SMALLINT[1],
                           "default": 0},
              "Lower runs first."),
-    JobField("queue", {"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
-                       "pattern": NO_NUL, "default": DEFAULT_QUEUE},
+    JobField("queue", {**_text(MAX_TEXT), "default": DEFAULT_QUEUE},
              "A drain may be limited to some queues. Not blank."),
     JobField("max_attempts", {"type": "integer", "minimum": 1, "maximum": MAX_INT,
                               "default": DEFAULT_MAX_ATTEMPTS},
@@ -85,9 +89,7 @@ JOB_FIELDS: tuple[JobField, ...] = (
                                         "maximum": MAX_DELAY_SECONDS}, {"type": "null"}]},
              "Like expires_at, in seconds from now (the database's clock): not started within "
              "them, the job never runs. More than delay_seconds."),
-    JobField("dedupe_key", {"anyOf": [{"type": "string", "minLength": 1,
-                                       "maxLength": MAX_DEDUPE_KEY, "pattern": NO_NUL},
-                                      {"type": "null"}]},
+    JobField("dedupe_key", _text(MAX_DEDUPE_KEY, nullable=True),
              "At most one live (pending or running) job holds a key: a duplicate answers the "
              "live job's id instead of inserting. Not blank."),
     JobField("unique_for", {"anyOf": [{"type": "number", "exclusiveMinimum": 0,
@@ -99,13 +101,10 @@ JOB_FIELDS: tuple[JobField, ...] = (
              "Seconds: with dedupe_key, the pending job of that key takes this payload and is "
              "put off to this many seconds from now (a burst runs once, after it); else a job "
              "due then is inserted. Not with run_at, delay_seconds or unique_for."),
-    JobField("ordering_key", {"anyOf": [{"type": "string", "minLength": 1,
-                                         "maxLength": MAX_DEDUPE_KEY, "pattern": NO_NUL},
-                                        {"type": "null"}]},
+    JobField("ordering_key", _text(MAX_DEDUPE_KEY, nullable=True),
              "Jobs with the same ordering_key run one at a time, in enqueue order, across all "
              "drains; a retrying job holds its key. Not blank."),
-    JobField("tenant", {"anyOf": [{"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
-                                   "pattern": NO_NUL}, {"type": "null"}]},
+    JobField("tenant", _text(MAX_TEXT, nullable=True),
              "Who the job is for: while jobs name tenants, the claim takes from each tenant in "
              "turn, so one tenant's flood does not hold another's jobs back. Not blank."),
 )

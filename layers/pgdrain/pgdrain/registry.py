@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
-from .flow import Rate, RateError, parse_rate
 from .policy import DEFAULT_POLICY, Backoff, BackoffFunction, TypePolicy
 
 if TYPE_CHECKING:
     from .cron import Cron
+    from .flow import Rate
 
 DEFAULT_JOB_MODULES = "pgdrain_jobs.examples,pgdrain_jobs.webhook"
 
@@ -195,6 +195,8 @@ def job(
     policy = _policy(job_type, backoff, retry_on)
     limit = None
     if rate is not None:
+        from .flow import RateError, parse_rate  # only job types with a rate pay for it
+
         try:
             limit = parse_rate(rate)
         except RateError as exc:

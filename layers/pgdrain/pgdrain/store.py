@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import flow
 from .db import UNIQUE_VIOLATION, Session, as_session, sqlstate
 from .errors import InvalidJobId
-from .flow import Rate
 from .models import (
     MAX_ERROR_CHARS,
     MAX_JOB_ID,
@@ -30,6 +28,9 @@ from .models import (
     QueueStats,
     Written,
 )
+
+if TYPE_CHECKING:
+    from .flow import Rate
 
 # Lock ids for pg_advisory_xact_lock; arbitrary but fixed ("pgdrain" in ASCII, then a number).
 JANITOR_LOCK_KEY = 0x70676472_61696E01
@@ -142,6 +143,9 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
     (name order), reads their room, locks the candidates, claims what fits (``flow.choose``)
     and writes the rate windows. Jobs over a limit stay pending, uncharged. Needs a
     connection pgdrain owns, outside any transaction."""
+    from . import flow  # only drains with caps or rates pay for it
+    from .flow import Rate
+
     session = as_session(conn)
     types = sorted(type_rates or ())
     with session.transaction():
@@ -193,6 +197,8 @@ def _claim_within(session: Session, batch_size: int, lease_seconds: float,
                   type_room: dict[str, int]) -> list[dict[str, Any]]:
     """Claim due jobs within the queues' and types' room: in one statement when no type is
     rate-limited (each queue's candidates all fit), else candidates, ``flow.choose``, claim."""
+    from . import flow
+
     only = list(queues) if queues else None
     if not type_room:
         return session.rows("job_claim_controlled", batch_size=batch_size,
@@ -583,7 +589,12 @@ def set_queue(conn: Any, queue: str, *, set_cap: bool = False, max_running: int 
 
 def _with_rate(row: dict[str, Any]) -> dict[str, Any]:
     limit, period = row.pop("rate_limit"), row.pop("rate_period")
-    row["rate"] = None if limit is None else str(Rate(limit, period))
+    if limit is None:
+        row["rate"] = None
+    else:
+        from .flow import Rate
+
+        row["rate"] = str(Rate(limit, period))
     return row
 
 
