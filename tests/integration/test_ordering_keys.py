@@ -142,3 +142,14 @@ def test_racing_drains_keep_each_key_in_order_through_retries(database_url, conn
             assert earlier[3] <= later[2], (key, earlier, later)   # never two at once
         assert len(seen) == 10 + len([n for n in range(10) if n % 3 == 0])
 
+
+
+def test_a_batch_stores_each_jobs_key_and_tenant_in_its_own_row(conn, sql):
+    results = pgdrain.enqueue_many(conn, [
+        {"job_type": "sync", "ordering_key": "a"}, {"job_type": "sync"},
+        {"job_type": "sync", "tenant": "t"}, {"job_type": "sync", "ordering_key": "b"}])
+    pgdrain.enqueue_many(conn, [{"job_type": "plain"}] * 2)
+    rows = sql("SELECT id, ordering_key, tenant FROM jobs ORDER BY id")
+    assert [(r["ordering_key"], r["tenant"]) for r in rows] == [
+        ("a", None), (None, None), (None, "t"), ("b", None), (None, None), (None, None)]
+    assert [r["id"] for r in rows[:4]] == [r.id for r in results]
