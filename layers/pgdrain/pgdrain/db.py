@@ -421,6 +421,9 @@ class Connector:
         self._session: Session | None = None
         self._deadline: float | None = None
         self._pool: ConnectionPool | None = None
+        self.generation = 0
+        """How many connections this connector has opened: what a session-level lock (the
+        drain's slot) was taken on is gone when it changes."""
 
     def session(self) -> Session:
         """The live session, connecting first if there is none (within the deadline of the
@@ -466,6 +469,7 @@ class Connector:
             replaced = False
         timeout = None if deadline is None else _time_left(deadline)
         session = self._session = Session(self._connect(timeout=timeout), prepare=self._prepare)
+        self.generation += 1
         self._bound(session, deadline)
         return replaced
 
@@ -474,9 +478,8 @@ class Connector:
         if deadline is None or not self._server_bounds:
             session.one("connection_ping")
             return
-        statement_ms = math.floor(_time_left(deadline) * 1000)
-        lock_ms = min(statement_ms, max(MIN_LOCK_TIMEOUT_MS, statement_ms // LOCK_SHARE))
-        session.one("connection_bound", statement_ms=max(statement_ms, 1), lock_ms=lock_ms)
+        session.one("connection_bound",
+                    **server_bounds(math.floor(_time_left(deadline) * 1000)))
 
     def pool(self, size: int) -> ConnectionPool:
         """Connections of their own for transactional handlers on worker threads, at most
@@ -559,6 +562,19 @@ class ConnectionPool:
 # transaction), but never less than a second.
 LOCK_SHARE = 10
 MIN_LOCK_TIMEOUT_MS = 1000
+# A transaction of pgdrain's own sends its statements back to back: idle longer than the lock
+# wait (at most this), its client is gone or cut off, and the server ends it and its locks.
+MAX_IDLE_IN_TRANSACTION_MS = 5000
+
+
+def server_bounds(statement_ms: int) -> dict[str, int]:
+    """``connection_bound``'s parameters for a session whose work must end within
+    ``statement_ms``: each statement within it, a lock wait within a tenth of it (at least a
+    second), an idle transaction within the lock wait (at most MAX_IDLE_IN_TRANSACTION_MS)."""
+    statement_ms = max(statement_ms, 1)
+    lock_ms = min(statement_ms, max(MIN_LOCK_TIMEOUT_MS, statement_ms // LOCK_SHARE))
+    return {"statement_ms": statement_ms, "lock_ms": lock_ms,
+            "idle_ms": min(lock_ms, MAX_IDLE_IN_TRANSACTION_MS)}
 
 
 class NoTimeLeft(DatabaseTimeout):

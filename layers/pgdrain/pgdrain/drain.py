@@ -233,6 +233,8 @@ class PostgresStore:
         """Job types with a rate limit: claim_controlled takes them, the plain claim not."""
         self.limited_types = sorted(self.type_rates)
         self.rates_declared = False
+        self.slot_generation: int | None = None
+        """The connection (``Connector.generation``) that holds this drain's slot."""
 
     @property
     def connected(self) -> bool:
@@ -259,13 +261,26 @@ class PostgresStore:
     def sync_controls(self, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
         return pgstore.sync_controls(self.session(), jobs, progress)
 
+    def _claiming(self) -> Session:
+        """The session to claim on: only the one holding this drain's slot. A connection
+        lost mid-drain is reopened for writing outcomes, but a drain on a new connection
+        holds no slot (the old one's ended with it) and so claims no more."""
+        session = self.session()
+        if self.slot_generation is not None and \
+                self.connector.generation != self.slot_generation:
+            raise SlotLost("the connection holding this drain's slot (PGDRAIN_MAX_DRAINS) was "
+                           "lost; the drain stops claiming")
+        return session
+
     def claim(self, *, batch_size: int, lease_seconds: float,
               queues: Sequence[str] | None, fair: bool = False) -> list[Job]:
-        return pgstore.claim(self.session(), batch_size=batch_size, lease_seconds=lease_seconds,
-                             queues=queues, limited_types=self.limited_types, fair=fair)
+        return pgstore.claim(self._claiming(), batch_size=batch_size,
+                             lease_seconds=lease_seconds, queues=queues,
+                             limited_types=self.limited_types, fair=fair)
 
     def claim_controlled(self, *, batch_size: int, lease_seconds: float,
                          queues: Sequence[str] | None) -> ControlledClaim:
+        self._claiming()
         if not self.rates_declared:
             pgstore.declare_type_rates(self.session(), self.type_rates)
             self.rates_declared = True
@@ -274,7 +289,7 @@ class PostgresStore:
                                         type_rates=self.type_rates)
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
-        return pgstore.claim_alone(self.session(), lease_seconds=lease_seconds, queues=queues,
+        return pgstore.claim_alone(self._claiming(), lease_seconds=lease_seconds, queues=queues,
                                    limited_types=self.limited_types)
 
     def tenanted(self) -> bool:
@@ -296,11 +311,14 @@ class PostgresStore:
     def take_slot(self, slots: int) -> int | None:
         slot = pgstore.take_drain_slot(self.session(), slots)
         if slot is not None:
+            self.slot_generation = self.connector.generation
             pgstore.drain_started(self.session())
         return slot
 
     def give_back_slot(self, slot: int) -> None:
-        pgstore.give_back_drain_slot(self.session(), slot)
+        holder, self.slot_generation = self.slot_generation, None
+        if holder == self.connector.generation:  # else it ended with its connection
+            pgstore.give_back_drain_slot(self.session(), slot)
 
     def drains_running(self) -> int:
         return pgstore.drains_running(self.session())
@@ -327,6 +345,10 @@ class _Every:
             return False
         self.last = now
         return True
+
+
+class SlotLost(DatabaseUnavailable):
+    """The connection holding the drain's slot is gone: the drain may no longer claim."""
 
 
 class _StaleClaim(Exception):
@@ -436,6 +458,9 @@ class _Drain:
         self.rate_free_in: float | None = None
         """After a claim that found nothing: the seconds until a rate limit that held due
         work back lets one more start (None: no rate held anything back)."""
+        self.start_by: dict[int, float] = {}
+        """Jobs claimed under a rate limit: the ``time.monotonic()`` by which each must start,
+        or be handed back unstarted (flow.start_slack: the starts keep the rate)."""
         self.running: Job | None = None
         budgets = [h.timeout for h in registry if h.timeout is not None]
         self.smallest_budget = min([*budgets, settings.job_timeout_seconds])
@@ -558,9 +583,12 @@ class _Drain:
         self.rate_free_in = None
         # First, or a steady flow of others' jobs would leave them waiting.
         if self.controlled or self._rated_due():
+            sent = time.monotonic()
             controlled = self.store.claim_controlled(batch_size=size, lease_seconds=self.lease,
                                                      queues=queues)
             jobs, self.rate_free_in = controlled.jobs, controlled.rate_free_in
+            self.start_by.update((job_id, sent + within)
+                                 for job_id, within in controlled.rated.items())
             if not self.controlled and not jobs and self.rate_free_in is None:
                 self.rated_due = False  # none due any more: look again in a while
         if len(jobs) < size:
@@ -660,6 +688,9 @@ class _Drain:
             self._fail_at_once(job, LookupError(
                 f"no handler registered for job_type '{job.job_type}'"))
             return True
+        if self.late(job):
+            self._add_released([job])
+            return True
         budget = handler.timeout or self.settings.job_timeout_seconds
         left = self.time_left() - self.margin
         if left < budget and not self._runs_cut_short(job, budget, left):
@@ -671,6 +702,13 @@ class _Drain:
         self._run_job(job, handler, min(budget, left))
         self.pace.finish()
         return True
+
+    def late(self, job: Job) -> bool:
+        """Whether ``job`` was claimed under a rate limit too long ago to start now: its start
+        would no longer count in the window its claim was counted in. Hand it back unstarted
+        (uncharged; the rate runs below its limit, never above)."""
+        by = self.start_by.get(job.id)
+        return by is not None and time.monotonic() > by
 
     def _least_to_start(self) -> float:
         """The least time left (after the margin) in which some job may still start."""
@@ -759,38 +797,25 @@ class _Drain:
 
     def _run_transactional(self, job: Job, handler: Handler, timeout: float,
                            started: float) -> None:
-        # The handler's writes and the job's done commit together, or not at all. Written by
-        # hand rather than with Session.transaction(): after a timeout the connection may be
-        # mid-message, and must be dropped (the server then rolls back) instead of reused.
+        """A transactional handler on the drain's thread, on a pooled connection of its own
+        (as on a worker thread): a timeout then drops that connection, never the drain's,
+        which holds the drain's slot."""
         self.completer.flush()  # what is waiting goes first: this transaction writes its own
-        session = self.store.session()
-        session.rows("transaction_begin")
+        session = self.store.lend(self.io_deadline)
+        if session is None:  # every pooled connection is lent (none should be: see _runaway)
+            self._add_released([job])
+            return
+        transaction = _Transaction(session, job, self.done)
         try:
-            # A second past the handler's own limit, so that the limit normally speaks first.
-            session.rows("transaction_statement_timeout",
-                         milliseconds=math.ceil((timeout + 1) * 1000))
-            value = self._call(handler, timeout, job, session.conn)
-            if pgstore.finish_many(session, [self.done(job, value)]).stale:
-                raise _StaleClaim
-            # A deferred constraint or a serialization failure surfaces here: the job's error.
-            session.rows("transaction_commit")
-        except HandlerTimeout as exc:
-            self.store.discard()
+            transaction.run(lambda conn: self._call(handler, timeout, job, conn), timeout)
+        except _StaleClaim:
+            self._count(job, "stale", time.monotonic() - started, None)
+        except Exception as exc:  # HandlerTimeout too: the job's failure
             self._ended(job, handler, exc, started)
-            return
-        except BaseException as exc:
-            try:
-                session.rows("transaction_rollback")
-            except Exception:
-                self.store.discard()
-            if isinstance(exc, _StaleClaim):
-                self._count(job, "stale", time.monotonic() - started, None)
-            elif isinstance(exc, Exception):
-                self._ended(job, handler, exc, started)
-            else:
-                raise
-            return
-        self._count(job, "done", time.monotonic() - started, None)
+        else:
+            self._count(job, "done", time.monotonic() - started, None)
+        finally:
+            self.store.give_back(session, broken=transaction.broken)
 
     def _ended(self, job: Job, handler: Handler, error: BaseException, started: float) -> None:
         """A failed attempt: what ``policy.decide`` makes of it, written with the others."""
@@ -991,6 +1016,10 @@ class _Concurrent:
                 return True
             if handler.concurrency and self.by_type[job.job_type] >= handler.concurrency:
                 continue
+            if d.late(job):
+                del self.ready[index]
+                d._add_released([job])
+                return True
             budget = handler.timeout or d.settings.job_timeout_seconds
             left = d.time_left() - d.margin
             if left < budget and not d._runs_cut_short(job, budget, left):
@@ -1010,7 +1039,7 @@ class _Concurrent:
                 if session is None:
                     continue  # every pooled connection is lent: a plain job may go first
             del self.ready[index]
-            self._launch(job, handler, min(budget, left), session)
+            self._launch(job, handler, min(budget, left), session, time.monotonic() + left)
             return True
         return False
 
@@ -1031,7 +1060,7 @@ class _Concurrent:
         d.completer.flush_if_due()
 
     def _launch(self, job: Job, handler: Handler, timeout: float,
-                session: Session | None) -> None:
+                session: Session | None, must_end: float) -> None:
         d = self.d
         started = time.monotonic()
         if handler.payload_model is not None:
@@ -1045,11 +1074,10 @@ class _Concurrent:
         d.started += 1
         d.pace.start()
         call = _transact if session is not None else _call_plain
-        task = Task(job, handler, timeout, started, call, self.outbox)
+        task = Task(job, handler, timeout, started, call, self.outbox, must_end=must_end)
         if session is not None:
             task.conn = session.conn
-            task.session = session  # type: ignore[attr-defined]
-            task.done = d.done  # type: ignore[attr-defined]
+            task.transaction = _Transaction(session, job, d.done)
         self.running[id(task)] = task
         self.by_type[job.job_type] += 1
         self.runner.start(task)
@@ -1075,22 +1103,21 @@ class _Concurrent:
 
     def _finished(self, task: Task) -> None:
         d = self.d
-        session = getattr(task, "session", None)
-        if session is not None:
-            d.store.give_back(session, broken=task.fired_at is not None
-                              or getattr(task, "broken", False))
         if self.runaways.pop(id(task), None) is not None:
-            return  # recorded as timed out already: what it did is not written
-        self.running.pop(id(task), None)
-        self.by_type[task.job.job_type] -= 1
-        self.isolated = False if not self.running else self.isolated
+            return  # recorded as timed out already, its connection given back then
+        transaction: _Transaction | None = task.transaction
+        if transaction is not None:
+            d.store.give_back(transaction.session,
+                              broken=task.fired_at is not None or transaction.broken)
+        self._forget(task)
         self.claimed_nothing = False
         d.pace.finish()
-        job, handler, duration = task.job, task.handler, (task.ended or 0.0) - task.started
+        job, handler = task.job, task.handler
+        duration = (task.ended or 0.0) - (task.begun or task.started)
         if not handler.is_async and not handler.transactional and task.begun is not None:
             DURATIONS.record(job.job_type, (task.ended or task.begun) - task.begun)
         error = task.error
-        if session is not None and task.result is _COMMITTED:
+        if transaction is not None and task.result is _COMMITTED:
             d._count(job, "done", duration, None)  # its transaction wrote done with its work
         elif task.fired_at is not None:
             d._ended(job, handler, HandlerTimeout(f"timed out after {task.timeout:g} s"),
@@ -1130,6 +1157,9 @@ class _Concurrent:
                 continue
             if task.fired_at is None:
                 if now >= task.limit_at:
+                    if self.runner.revoke(task):
+                        self._never_began(task)
+                        continue
                     task.fired_at = now
                     self.runner.interrupt(task)
             elif now - task.fired_at >= RUNAWAY_GRACE_SECONDS:
@@ -1139,13 +1169,26 @@ class _Concurrent:
         for task in self.runaways.values():
             self.runner.interrupt(task)
 
-    def _runaway(self, task: Task, now: float) -> None:
-        """A handler that ignored its limit: record its job as timed out without it."""
-        d = self.d
+    def _never_began(self, task: Task) -> None:
+        """A task whose handler never began before its time ran out (the event loop was held
+        by another handler): nothing of it ran, so it is handed back, uncharged."""
+        self._forget(task)
+        if task.transaction is not None:
+            self.d.store.give_back(task.transaction.session, broken=False)
+        self.d._add_released([task.job])
+
+    def _forget(self, task: Task) -> None:
         self.running.pop(id(task), None)
         self.by_type[task.job.job_type] -= 1
         self.isolated = False if not self.running else self.isolated
-        self.runaways[id(task)] = task
+
+    def _runaway(self, task: Task, now: float) -> None:
+        """A handler that ignored its limit: record its job as timed out without it, and
+        take its connection back (broken: it is closed under the runaway), so that a
+        runaway never keeps a pooled connection lent past this moment."""
+        d = self.d
+        self._forget(task)
+        self._give_up(task)
         d._ended(task.job, task.handler,
                  HandlerTimeout(f"timed out after {task.timeout:g} s"), task.started)
         log.error("job %s (%s) ignored its time limit: still running %.1f s after it ran out "
@@ -1155,7 +1198,11 @@ class _Concurrent:
                   task.job.id, task.job.job_type, now - task.fired_at if task.fired_at else 0)
 
     def _stop_all(self) -> None:
-        """On the way out after an error: interrupt every handler, give them a moment."""
+        """On the way out after an error: hand back what never began, interrupt every other
+        handler, give them a moment."""
+        for task in list(self.running.values()):
+            if self.runner.revoke(task):
+                self._never_began(task)
         for task in self.running.values():
             if not task.finished:
                 task.fired_at = task.fired_at or time.monotonic()
@@ -1165,7 +1212,14 @@ class _Concurrent:
             time.sleep(0.005)
         for task in list(self.running.values()):
             if not task.finished:
-                self.runaways[id(task)] = task
+                self._give_up(task)
+
+    def _give_up(self, task: Task) -> None:
+        """No longer wait for ``task``: it is a runaway, and its pooled connection (if any)
+        goes back to the pool as broken now, not when (if ever) the handler returns."""
+        self.runaways[id(task)] = task
+        if task.transaction is not None:
+            self.d.store.give_back(task.transaction.session, broken=True)
 
     def _count_abandoned(self) -> None:
         abandoned = [t for t in self.runaways.values() if not t.finished]
@@ -1191,29 +1245,50 @@ def _call_plain(task: Task) -> Any:
 
 
 _COMMITTED = object()
-"""What _transact returns: the handler's writes and its job's done (and result) committed."""
+"""What a transaction's run returns: the handler's writes and its job's done (and result)
+committed."""
+
+
+class _Transaction:
+    """A transactional handler's one protocol, on its own pooled connection, on the drain's
+    thread or a worker's: its writes and its job's done commit together, or not at all.
+    Written by hand rather than with Session.transaction(): after a timeout the connection may
+    be mid-message, and must be dropped (``broken``: the server then rolls back) instead of
+    reused."""
+
+    def __init__(self, session: Session, job: Job, done: Callable[[Job, Any], Finish]):
+        self.session = session
+        self.job = job
+        self.done = done
+        self.broken = False
+
+    def run(self, call: Callable[[Any], Any], timeout: float) -> object:
+        """``call(conn)`` (the handler) inside the transaction, then the job's done write and
+        the commit; raises what the handler raised (the transaction rolled back), _StaleClaim
+        when the claim was lost meanwhile."""
+        session = self.session
+        session.rows("transaction_begin")
+        try:
+            # A second past the handler's own limit, so that the limit normally speaks first.
+            session.rows("transaction_bounds", milliseconds=math.ceil((timeout + 1) * 1000))
+            value = call(session.conn)
+            if pgstore.finish_many(session, [self.done(self.job, value)]).stale:
+                raise _StaleClaim
+            # A deferred constraint or a serialization failure surfaces here: the job's error.
+            session.rows("transaction_commit")
+        except HandlerTimeout:
+            self.broken = True  # mid-protocol: drop it
+            raise
+        except BaseException:
+            try:
+                session.rows("transaction_rollback")
+            except BaseException:
+                self.broken = True
+            raise
+        return _COMMITTED
 
 
 def _transact(task: Task) -> object:
-    """A transactional handler on a worker thread, on its own pooled connection: its writes
-    and its job's done commit together, or not at all (see _Drain._run_transactional)."""
-    session: Session = task.session  # type: ignore[attr-defined]
-    session.rows("transaction_begin")
-    try:
-        session.rows("transaction_statement_timeout",
-                     milliseconds=math.ceil((task.timeout + 1) * 1000))
-        value = task.handler.func(task.job, session.conn)
-        finish = task.done(task.job, value)  # type: ignore[attr-defined]
-        if pgstore.finish_many(session, [finish]).stale:
-            raise _StaleClaim
-        session.rows("transaction_commit")
-    except HandlerTimeout:
-        task.broken = True  # type: ignore[attr-defined]  # mid-protocol: drop it
-        raise
-    except BaseException:
-        try:
-            session.rows("transaction_rollback")
-        except BaseException:
-            task.broken = True  # type: ignore[attr-defined]
-        raise
-    return _COMMITTED
+    """A transactional handler on a worker thread (see _Transaction)."""
+    transaction: _Transaction = task.transaction
+    return transaction.run(lambda conn: task.handler.func(task.job, conn), task.timeout)

@@ -69,40 +69,63 @@ def parse_rate(text: Any) -> Rate:
     return Rate(limit, period)
 
 
-def rate_room(starts: Sequence[float], now: float, rate: Rate) -> int:
+MIN_START_SLACK_SECONDS = 0.05
+MAX_START_SLACK_SECONDS = 1.0
+START_SLACK_SHARE = 0.05
+
+
+def start_slack(rate: Rate) -> float:
+    """How long after its claim a job under ``rate`` may still start: a twentieth of the
+    period, from 50 ms (``10/s``) to a second (``100/min`` and longer periods).
+
+    A claim's starts are counted for the period plus this, and the drain hands back, unstarted
+    and uncharged, a job it could not start within this of its claim: so the handlers' starts,
+    not only the claims, are at most N in any window of the period (a start lies within the
+    slack after its claim, so the starts of any window come from claims within the period plus
+    the slack). The price: a rate that binds runs at N per period plus the slack, at most 5 %
+    below N per period (5/s: 4.76 a second)."""
+    return min(MAX_START_SLACK_SECONDS,
+               max(MIN_START_SLACK_SECONDS, rate.period * START_SLACK_SHARE))
+
+
+def rate_room(starts: Sequence[float], now: float, rate: Rate, *, slack: float = 0.0) -> int:
     """How many more jobs may start at ``now`` given the recorded ``starts`` (a window: see
-    ``rate_record``)."""
-    recent = sum(count for at, count in _pairs(starts) if at > now - rate.period)
+    ``rate_record``), counting each recorded start for the period plus ``slack``."""
+    recent = sum(count for at, count in _pairs(starts) if at > now - rate.period - slack)
     return max(0, rate.limit - recent)
 
 
 def room(*, max_running: int | None, running: int, rate: Rate | None,
-         starts: Sequence[float], now: float) -> int:
+         starts: Sequence[float], now: float, slack: float = 0.0) -> int:
     """How many more jobs a queue or type may start now: the smaller of its cap's room
     (``max_running`` less ``running``) and its rate's, each if set; NO_LIMIT if neither."""
     left = NO_LIMIT if max_running is None else max(0, max_running - running)
-    return left if rate is None else min(left, rate_room(starts, now, rate))
+    return left if rate is None else min(left, rate_room(starts, now, rate, slack=slack))
 
 
-def rate_free_in(starts: Sequence[float], now: float, rate: Rate) -> float:
+def rate_free_in(starts: Sequence[float], now: float, rate: Rate, *,
+                 slack: float = 0.0) -> float:
     """Seconds from ``now`` until one more start is allowed (0: now)."""
-    recent = [(at, count) for at, count in _pairs(starts) if at > now - rate.period]
+    span = rate.period + slack
+    recent = [(at, count) for at, count in _pairs(starts) if at > now - span]
     total = sum(count for _, count in recent)
     for at, count in recent:  # oldest first: the window frees as they leave it
         if total < rate.limit:
             break
         total -= count
         if total < rate.limit:
-            return max(0.0, at + rate.period - now)
+            return max(0.0, at + span - now)
     return 0.0
 
 
-def rate_record(starts: Sequence[float], now: float, count: int, rate: Rate) -> list[float]:
+def rate_record(starts: Sequence[float], now: float, count: int, rate: Rate, *,
+                slack: float = 0.0) -> list[float]:
     """``starts`` with ``count`` starts at ``now`` added. A window is flat pairs, ``[at,
     count, at, count, ...]`` oldest first: one pair per claim, not one number per job, so a
     limit of 10,000 a minute keeps a pair per claim in the last minute. Pairs that left the
-    window, or that later ones make irrelevant (the newer pairs alone fill the limit), go."""
-    recent = [(at, n) for at, n in _pairs(starts) if at > now - rate.period]
+    window (the period plus ``slack``), or that later ones make irrelevant (the newer pairs
+    alone fill the limit), go."""
+    recent = [(at, n) for at, n in _pairs(starts) if at > now - rate.period - slack]
     if count:
         recent.append((now, count))
     while recent and sum(n for _, n in recent[1:]) >= rate.limit:

@@ -45,15 +45,23 @@ class Task:
     job: Job
     handler: Handler
     timeout: float
+    """The job's time limit, counted from when its handler began."""
     started: float
-    """``time.monotonic()`` when it was started."""
+    """``time.monotonic()`` when it was handed over."""
     call: Callable[[Task], Any]
     """What the worker runs (the handler, or its transaction around it)."""
     outbox: queue.SimpleQueue[Task]
+    must_end: float | None = None
+    """The latest ``time.monotonic()`` its handler may run to (the invocation's time for
+    handlers); None: ``started + timeout``."""
     error: BaseException | None = None
     result: Any = None
     begun: float | None = None
-    """When its thread began the call (``started`` is when it was handed over)."""
+    """When its thread (or the event loop) began the call: None while it waits for one. A
+    busy event loop (a handler that blocks it) can hold a task there: its limit has not
+    started, and if the drain gives it up first (``revoke``) it never runs."""
+    revoked: bool = False
+    """Given up before it began: it never runs (its job was handed back, uncharged)."""
     ended: float | None = None
     fired_at: float | None = None
     """When its time limit ran out (it may have ended since)."""
@@ -61,17 +69,30 @@ class Task:
     """Its outcome has been handed to the completer (a timeout recorded before it ended)."""
     conn: Any = None
     """A transactional handler's connection while it runs: closed to stop it."""
+    transaction: Any = None
+    """A transactional handler's transaction (the drain's), on its own pooled connection."""
     thread_id: int | None = None
     async_task: asyncio.Task[Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def limit_at(self) -> float:
-        return self.started + self.timeout
+        """When its time limit runs out: ``timeout`` after it began (never past
+        ``must_end``); one that has not begun may wait until ``must_end``."""
+        end = self.started + self.timeout if self.must_end is None else self.must_end
+        return end if self.begun is None else min(self.begun + self.timeout, end)
 
     @property
     def finished(self) -> bool:
         return self.ended is not None
+
+    def begin(self) -> bool:
+        """Mark its call begun, unless it was revoked first (then it must not run)."""
+        with self.lock:
+            if self.revoked:
+                return False
+            self.begun = time.monotonic()
+            return True
 
 
 class Runner:
@@ -100,6 +121,15 @@ class Runner:
         if spawn:
             threading.Thread(target=self._work, name=name, daemon=True).start()
 
+    def revoke(self, task: Task) -> bool:
+        """Give up ``task`` if its call has not begun: True if it never will (its worker or
+        the event loop skips it), False if it is running or ran."""
+        with task.lock:
+            if task.begun is not None or task.finished:
+                return False
+            task.revoked = True
+            return True
+
     def interrupt(self, task: Task) -> None:
         """Stop ``task``'s handler if it is still running (see the module docstring)."""
         with task.lock:
@@ -126,7 +156,8 @@ class Runner:
                 if task is None:
                     return
                 task.thread_id = ident
-                task.begun = time.monotonic()
+                if not task.begin():
+                    continue  # given up before it began: the drain handed its job back
                 try:
                     task.result = task.call(task)
                 except BaseException as exc:  # the job's failure, whatever it is
@@ -170,6 +201,8 @@ class Runner:
     async def _run_async(task: Task) -> None:
         import asyncio
 
+        if not task.begin():
+            return  # given up while the loop was busy: the drain handed its job back
         try:
             async with asyncio.timeout(task.timeout):
                 task.result = await task.handler.func(task.job)

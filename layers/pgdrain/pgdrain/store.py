@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .db import UNIQUE_VIOLATION, Session, as_session, sqlstate
+from .db import UNIQUE_VIOLATION, Session, array_literal, as_session, sqlstate
 from .errors import InvalidJobId
 from .models import (
     MAX_ERROR_CHARS,
@@ -130,10 +130,13 @@ def declare_type_rates(conn: Any, rates: Mapping[str, Rate]) -> None:
 @dataclass(frozen=True, slots=True)
 class ControlledClaim:
     """What a controlled claim took, and, when a rate limit held due work back, the seconds
-    until that limit lets one more start (None: no rate held anything back)."""
+    until that limit lets one more start (None: no rate held anything back). ``rated``: the
+    jobs it took under a rate limit (their queue's or type's), each with the seconds from the
+    claim within which it must start or be handed back (``flow.start_slack``)."""
 
     jobs: list[Job]
     rate_free_in: float | None = None
+    rated: Mapping[int, float] = field(default_factory=dict)
 
 
 def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
@@ -143,56 +146,89 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
     rate-limited job types (``type_rates``, as declared by ``declare_type_rates``), never more
     running in a queue than its ``max_running`` nor more starts in a window than a rate
     allows, across all drains: one short transaction that locks the queues' and types' rows
-    (name order), reads their room, locks the candidates, claims what fits (``flow.choose``)
-    and writes the rate windows. Jobs over a limit stay pending, uncharged. Needs a
-    connection pgdrain owns, outside any transaction."""
+    (skipping those another drain holds: their jobs are left alone this time), reads their
+    room, locks the candidates, claims what fits (``flow.choose``) and writes the rate
+    windows. Jobs over a limit stay pending, uncharged. Needs a connection pgdrain owns,
+    outside any transaction."""
     from . import flow  # only drains with caps or rates pay for it
-    from .flow import Rate
 
     session = as_session(conn)
     types = sorted(type_rates or ())
     with session.transaction():
-        locked = [r["queue"] for r in session.rows("flow_queue_lock")]
-        if types:
-            session.rows("flow_type_lock", job_types=types)
-        if not locked and not types:
+        locked: dict[str, list[str]] = {"queue": [], "type": []}
+        for row in session.rows("flow_lock", job_types=types):
+            locked[row["scope"]].append(row["name"])
+        if not locked["queue"] and not locked["type"]:
             return ControlledClaim([])
-        queue_room: dict[str, int] = {}
-        type_room: dict[str, int] = {}
-        windows: dict[tuple[str, str], tuple[Rate, list[float]]] = {}
-        now = 0.0
-        for row in session.rows("flow_rooms", queues=locked, job_types=types):
-            now, starts = row["now"], list(row["rate_starts"] or ())
-            rate = None if row["rate_limit"] is None else Rate(row["rate_limit"],
-                                                              row["rate_period"])
-            if rate is not None:
-                windows[row["scope"], row["name"]] = rate, starts
-            (queue_room if row["scope"] == "queue" else type_room)[row["name"]] = flow.room(
-                max_running=row["max_running"], running=row["running"] or 0, rate=rate,
-                starts=starts, now=now)
-        rows = _claim_within(session, batch_size, lease_seconds, queues, queue_room, type_room)
+        rooms = _rooms(session, locked["queue"], locked["type"])
+        # A rated type whose row another drain holds may not start here at all.
+        type_room = {t: 0 for t in types} | rooms.type_room
+        rows = _claim_within(session, batch_size, lease_seconds, queues, rooms.queue_room,
+                             type_room if types else {})
         started: dict[tuple[str, str], int] = {}
+        rated: dict[int, float] = {}
         for row in rows:
             for key in (("queue", row["queue"]), ("type", row["job_type"])):
-                if key in windows:
+                if key in rooms.windows:
                     started[key] = started.get(key, 0) + 1
-        for (scope, name), count in sorted(started.items()):
-            rate, starts = windows[scope, name]
-            window = flow.rate_record(starts, now, count, rate)
-            if scope == "queue":
-                session.rows("flow_queue_starts", queue=name, starts=window)
-            else:
-                session.rows("flow_type_starts", job_type=name, starts=window)
-        full = {key: flow.rate_free_in(starts, now, rate)
-                for key, (rate, starts) in windows.items() if key not in started and
-                flow.rate_room(starts, now, rate) == 0}
+                    slack = flow.start_slack(rooms.windows[key][0])
+                    rated[row["id"]] = min(slack, rated.get(row["id"], slack))
+        if started:
+            _write_windows(session, rooms, started)
         wait = None
+        full = {key: flow.rate_free_in(starts, rooms.now, rate, slack=flow.start_slack(rate))
+                for key, (rate, starts) in rooms.windows.items() if key not in started
+                and flow.rate_room(starts, rooms.now, rate, slack=flow.start_slack(rate)) == 0}
         if not rows and full and limited_due(
                 session, queues=[n for s, n in full if s == "queue"],
                 job_types=[n for s, n in full if s == "type"], only_queues=queues):
             wait = min(full.values())
-    jobs = sorted((_claimed_job(r) for r in rows), key=lambda j: (j.priority, j.run_at, j.id))
-    return ControlledClaim(jobs, wait)
+    # In claim order already (the statements order their rows): a run_at of -infinity comes
+    # back as text, which Python could not sort beside datetimes.
+    return ControlledClaim([_claimed_job(r) for r in rows], wait, rated)
+
+
+@dataclass
+class _Rooms:
+    """What flow_rooms read under the locks: each queue's and type's room, the rate windows
+    by (scope, name), and the database's clock."""
+
+    queue_room: dict[str, int]
+    type_room: dict[str, int]
+    windows: dict[tuple[str, str], tuple[Rate, list[float]]]
+    now: float
+
+
+def _rooms(session: Session, queues: list[str], types: list[str]) -> _Rooms:
+    from . import flow
+    from .flow import Rate
+
+    rooms = _Rooms({}, {}, {}, 0.0)
+    for row in session.rows("flow_rooms", queues=queues, job_types=types):
+        rooms.now, starts = row["now"], list(row["rate_starts"] or ())
+        rate = None if row["rate_limit"] is None else Rate(row["rate_limit"], row["rate_period"])
+        if rate is not None:
+            rooms.windows[row["scope"], row["name"]] = rate, starts
+        (rooms.queue_room if row["scope"] == "queue" else rooms.type_room)[row["name"]] = \
+            flow.room(max_running=row["max_running"], running=row["running"] or 0, rate=rate,
+                      starts=starts, now=rooms.now,
+                      slack=0.0 if rate is None else flow.start_slack(rate))
+    return rooms
+
+
+def _write_windows(session: Session, rooms: _Rooms, started: dict[tuple[str, str], int]
+                   ) -> None:
+    """Append this claim's starts to the windows they count in, in one statement."""
+    from . import flow
+
+    written: dict[str, dict[str, str]] = {"queue": {}, "type": {}}
+    for (scope, name), count in sorted(started.items()):
+        rate, starts = rooms.windows[scope, name]
+        written[scope][name] = array_literal(flow.rate_record(
+            starts, rooms.now, count, rate, slack=flow.start_slack(rate)))
+    session.rows("flow_starts_write", queues=list(written["queue"]),
+                 queue_starts=list(written["queue"].values()),
+                 job_types=list(written["type"]), type_starts=list(written["type"].values()))
 
 
 def _claim_within(session: Session, batch_size: int, lease_seconds: float,

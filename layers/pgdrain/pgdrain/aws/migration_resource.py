@@ -27,16 +27,14 @@ CONNECT_SECONDS = 15.0
 def _connect(seconds: float) -> Any:
     """A connection whose connect, secret fetch, socket reads and statements all end within
     ``seconds`` (a lock wait within a tenth of it)."""
-    from ..db import as_session
+    from ..db import as_session, server_bounds
     from .credentials import connect_from_env
 
     if seconds <= 1:
         raise TimeoutError(f"only {seconds:.1f} s were left to migrate in; raise the "
                            "function's timeout")
     conn = connect_from_env(timeout=min(CONNECT_SECONDS, seconds))
-    statement_ms = int(seconds * 1000)
-    as_session(conn).one("connection_bound", statement_ms=statement_ms,
-                         lock_ms=max(statement_ms // 10, 1000))
+    as_session(conn).one("connection_bound", **server_bounds(int(seconds * 1000)))
     return conn
 
 

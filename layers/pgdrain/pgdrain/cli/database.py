@@ -41,7 +41,7 @@ def open_connection(env: Mapping[str, str] | None = None) -> Any:
                               "clone of the repository to have its embedded one")
         conn = db.connect(url, timeout=WAIT_SECONDS)
     db.as_session(conn).one("connection_bound", statement_ms=STATEMENT_MS,
-                            lock_ms=LOCK_WAIT_MS)
+                            lock_ms=LOCK_WAIT_MS, idle_ms=LOCK_WAIT_MS)
     return conn
 
 

@@ -9,10 +9,20 @@
 -- Bound every later statement of this session by the server too: none may run longer than the
 -- invocation had left when it began, nor wait for a lock more than a tenth of that, so a
 -- statement the client gave up on (its socket timed out) does not run on holding its locks.
--- Session-level; the next invocation sets its own. One round trip, which also tells whether a
--- reused connection is still alive.
+-- A transaction left open by a client that went silent (a partition sends no FIN, so the
+-- server sees an idle session, not a dead one) ends after :idle_ms idle: pgdrain's own
+-- transactions (the janitor's, a controlled claim's) send their statements back to back, and
+-- a transactional handler's transaction raises its own bound (transaction_bounds), so no
+-- session of pgdrain's holds a lock much longer than its invocation could. JIT off: every
+-- statement of pgdrain reads a few index entries, and a JIT compile (triggered by a cost
+-- estimate, whatever the DBA set) costs hundreds of milliseconds under the claim's locks.
+-- Session-level; the next invocation sets its own. One round trip, which also tells whether
+-- a reused connection is still alive.
 SELECT set_config('statement_timeout', :statement_ms::int::text, false) AS statement_timeout,
        set_config('lock_timeout', :lock_ms::int::text, false) AS lock_timeout,
+       set_config('idle_in_transaction_session_timeout', :idle_ms::int::text, false)
+           AS idle_in_transaction_session_timeout,
+       set_config('jit', 'off', false) AS jit,
        -- PostgreSQL 14 and later also notice within a second that the client gave up (its
        -- socket timed out and it closed the connection), and cancel what it was waiting for.
        CASE WHEN current_setting('server_version_num')::int >= 140000
@@ -95,18 +105,24 @@ SELECT EXISTS (
       AND (:only_queues::text[] IS NULL OR queue = ANY (:only_queues::text[]))
 ) AS due
 
--- name: flow_queue_lock
--- Lock the rows of the queues under a cap or a rate limit, in name order (two drains never
--- deadlock on them), waiting for a drain claiming from them now; until this transaction
--- ends. See job_claim_candidates.
-SELECT queue FROM pgdrain_queues
-WHERE (max_running IS NOT NULL OR rate_limit IS NOT NULL) AND paused_at IS NULL
-ORDER BY queue
-FOR UPDATE
-
--- name: flow_queue_starts
--- Write a rate-limited queue's window after a claim (under its row's lock).
-UPDATE pgdrain_queues SET rate_starts = :starts::float8[] WHERE queue = :queue::text
+-- name: flow_lock
+-- Lock the rows of the queues under a cap or a rate limit, and of the rate-limited job types
+-- :job_types, until this transaction ends, skipping any row another transaction holds: that
+-- queue or type is being claimed by another drain right now (or its session is stuck: a
+-- partitioned drain's idle transaction ends at idle_in_transaction_session_timeout), and this
+-- claim leaves it alone instead of waiting, so one stuck queue never stops the others. Never
+-- waits, so never deadlocks. See job_claim_candidates.
+SELECT 'queue' AS scope, q.queue AS name
+FROM (SELECT queue FROM pgdrain_queues
+      WHERE (max_running IS NOT NULL OR rate_limit IS NOT NULL) AND paused_at IS NULL
+      ORDER BY queue
+      FOR UPDATE SKIP LOCKED) AS q
+UNION ALL
+SELECT 'type', t.job_type
+FROM (SELECT job_type FROM pgdrain_type_rates
+      WHERE job_type = ANY (:job_types::text[])
+      ORDER BY job_type
+      FOR UPDATE SKIP LOCKED) AS t
 
 -- name: flow_rooms
 -- What limits the next start, read after the locks (this statement's snapshot sees every
@@ -127,12 +143,21 @@ SELECT 'type', t.job_type, NULL, NULL, t.rate_limit, t.rate_period, t.rate_start
 FROM pgdrain_type_rates AS t
 WHERE t.job_type = ANY (:job_types::text[])
 
--- name: flow_type_lock
--- Lock the rate-limited job types' rows, in name order, after the queues' (flow_queue_lock).
-SELECT job_type FROM pgdrain_type_rates
-WHERE job_type = ANY (:job_types::text[])
-ORDER BY job_type
-FOR UPDATE
+-- name: flow_starts_write
+-- Write the rate windows a controlled claim moved (under its rows' locks), queues' and job
+-- types' in one statement: each window is an array literal of [epoch, jobs started] pairs.
+WITH queues AS (
+    UPDATE pgdrain_queues AS q SET rate_starts = w.starts::float8[]
+    FROM unnest(:queues::text[], :queue_starts::text[]) AS w(queue, starts)
+    WHERE q.queue = w.queue
+    RETURNING 1
+), types AS (
+    UPDATE pgdrain_type_rates AS t SET rate_starts = w.starts::float8[]
+    FROM unnest(:job_types::text[], :type_starts::text[]) AS w(job_type, starts)
+    WHERE t.job_type = w.job_type
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM queues) + (SELECT count(*) FROM types) AS written
 
 -- name: flow_type_rates_declare
 -- Record the job types' rate limits as this drain's code declares them (@pgdrain.job(...,
@@ -143,10 +168,6 @@ ORDER BY 1
 ON CONFLICT (job_type) DO UPDATE
 SET rate_limit = EXCLUDED.rate_limit, rate_period = EXCLUDED.rate_period, updated_at = now()
 WHERE (t.rate_limit, t.rate_period) IS DISTINCT FROM (EXCLUDED.rate_limit, EXCLUDED.rate_period)
-
--- name: flow_type_starts
--- Write a rate-limited job type's window after a claim (under its row's lock).
-UPDATE pgdrain_type_rates SET rate_starts = :starts::float8[] WHERE job_type = :job_type::text
 
 -- name: janitor_expire_batch
 -- End up to :limit pending jobs whose expires_at has passed (due or not): failed, with the
@@ -370,7 +391,7 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- The due jobs a controlled claim may start, locked (SKIP LOCKED) until its transaction ends:
 -- up to each capped or rate-limited queue's room (:room_queues, :queue_rooms), and up to each
 -- rate-limited type's room among the other queues (:room_types, :type_rooms), each at most a
--- batch, in claim order. Run after flow_queue_lock / flow_type_lock / flow_rooms; the caller
+-- batch, in claim order. Run after flow_lock and flow_rooms; the caller
 -- picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues and
 -- ordering keys' later jobs are left out as by the plain claim; a job whose claim was lost
 -- before is taken here (job_claim_alone leaves controlled queues and types alone), its start
@@ -428,7 +449,7 @@ ORDER BY c.priority, c.run_at, c.id
 
 -- name: job_claim_controlled
 -- Claim up to :batch_size due jobs of capped or rate-limited queues within each queue's room
--- (:room_queues, :queue_rooms; read by flow_rooms under flow_queue_lock), each queue offering
+-- (:room_queues, :queue_rooms; read by flow_rooms under flow_lock), each queue offering
 -- at most a batch, in claim order: job_claim_candidates and job_claim_ids in one statement,
 -- for a drain that declares no rate-limited job type (then no type's room can refuse a
 -- candidate, and nothing is left to pick in Python).
@@ -1098,6 +1119,17 @@ UPDATE pgdrain_schedules SET last_job_id = :job_id::bigint WHERE name = :name::t
 -- Open a transaction on a connection pgdrain owns (pg8000's native API autocommits).
 BEGIN
 
+-- name: transaction_bounds
+-- Bound each statement of this transaction (a transactional handler's), and the time it may
+-- sit idle between them (the handler's Python runs while it is open), by :milliseconds. A
+-- handler stopped by its time limit mid-statement has its connection dropped, and the server
+-- would otherwise run that statement on, holding its row locks against the job's retry; a
+-- drain cut off by a partition leaves the transaction idle, and the server ends it at this
+-- bound instead of holding its locks for hours. Transaction-local.
+SELECT set_config('statement_timeout', :milliseconds::int::text, true) AS statement_timeout,
+       set_config('idle_in_transaction_session_timeout', :milliseconds::int::text, true)
+           AS idle_in_transaction_session_timeout
+
 -- name: transaction_commit
 -- Commit it.
 COMMIT
@@ -1105,9 +1137,3 @@ COMMIT
 -- name: transaction_rollback
 -- Roll it back.
 ROLLBACK
-
--- name: transaction_statement_timeout
--- Bound each statement of this transaction (a transactional handler's). A handler stopped by
--- its time limit mid-statement has its connection dropped, and the server would otherwise run
--- that statement on, holding its row locks against the job's retry. Transaction-local.
-SELECT set_config('statement_timeout', :milliseconds::int::text, true) AS statement_timeout
