@@ -177,6 +177,12 @@ class DrainStore(Protocol):
         """The plain claim (``fair``: from each tenant in turn), leaving rate-limited types
         and capped or rate-limited queues to ``claim_controlled``."""
 
+    def _declare_rates(self) -> None:
+        """Write this code's rated types to pgdrain_type_rates, once per connector."""
+        if not self.rates_declared:
+            pgstore.declare_type_rates(self.session(), self.type_rates)
+            self.rates_declared = True
+
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None: ...
 
     def claim_controlled(self, *, batch_size: int, lease_seconds: float,
@@ -206,8 +212,9 @@ class DrainStore(Protocol):
     def drains_running(self) -> int: ...
 
     def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
-        """Due jobs more drains could take (not those a cap or a rate holds), up to
-        ``limit``."""
+        """Due jobs a claim could take now, up to ``limit``: what decides continuation and
+        fan-out (capped and rate-limited work within its room; not an ordering key's later
+        jobs, nor work a cap or a rate holds back)."""
 
 
 class Launcher(Protocol):
@@ -281,12 +288,16 @@ class PostgresStore:
     def claim_controlled(self, *, batch_size: int, lease_seconds: float,
                          queues: Sequence[str] | None) -> ControlledClaim:
         self._claiming()
-        if not self.rates_declared:
-            pgstore.declare_type_rates(self.session(), self.type_rates)
-            self.rates_declared = True
+        self._declare_rates()
         return pgstore.claim_controlled(self.session(), batch_size=batch_size,
                                         lease_seconds=lease_seconds, queues=queues,
                                         type_rates=self.type_rates)
+
+    def _declare_rates(self) -> None:
+        """Write this code's rated types to pgdrain_type_rates, once per connector."""
+        if not self.rates_declared:
+            pgstore.declare_type_rates(self.session(), self.type_rates)
+            self.rates_declared = True
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
         return pgstore.claim_alone(self._claiming(), lease_seconds=lease_seconds, queues=queues,
@@ -324,8 +335,13 @@ class PostgresStore:
         return pgstore.drains_running(self.session())
 
     def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
-        return pgstore.due_count(self.session(), limit=limit, queues=queues,
-                                 limited_types=self.limited_types)
+        due, controlled = pgstore.due_count(self.session(), limit=limit, queues=queues,
+                                            limited_types=self.limited_types)
+        if due < limit and (controlled or self.type_rates):
+            self._declare_rates()
+            due += pgstore.controlled_due(self.session(), limit=limit - due, queues=queues,
+                                          type_rates=self.type_rates)
+        return due
 
 
 class _Every:

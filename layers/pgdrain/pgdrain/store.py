@@ -199,7 +199,9 @@ class _Rooms:
     now: float
 
 
-def _rooms(session: Session, queues: list[str], types: list[str]) -> _Rooms:
+def _rooms(session: Session, queues: list[str] | None, types: list[str]) -> _Rooms:
+    """The rooms of ``queues`` (None: every capped or rate-limited queue not paused) and of
+    the rated ``types``."""
     from . import flow
     from .flow import Rate
 
@@ -236,20 +238,42 @@ def _claim_within(session: Session, batch_size: int, lease_seconds: float,
                   type_room: dict[str, int]) -> list[dict[str, Any]]:
     """Claim due jobs within the queues' and types' room: in one statement when no type is
     rate-limited (each queue's candidates all fit), else candidates, ``flow.choose``, claim."""
-    from . import flow
-
-    only = list(queues) if queues else None
     if not type_room:
         return session.rows("job_claim_controlled", batch_size=batch_size,
                             lease_seconds=lease_seconds, room_queues=list(queue_room),
-                            queue_rooms=list(queue_room.values()), queues=only)
+                            queue_rooms=list(queue_room.values()),
+                            queues=list(queues) if queues else None)
+    ids = _chosen(session, batch_size, queues, queue_room, type_room)
+    return session.rows("job_claim_ids", ids=ids, lease_seconds=lease_seconds) if ids else []
+
+
+def _chosen(session: Session, batch_size: int, queues: Sequence[str] | None,
+            queue_room: dict[str, int], type_room: dict[str, int]) -> list[int]:
+    """The ids of the due jobs a controlled claim would take within the rooms (read, not
+    locked: see job_claim_candidates)."""
+    from . import flow
+
     candidates = [flow.Candidate(r["id"], r["queue"], r["job_type"]) for r in session.rows(
         "job_claim_candidates", batch_size=batch_size,
         room_queues=list(queue_room), queue_rooms=list(queue_room.values()),
-        room_types=list(type_room), type_rooms=list(type_room.values()), queues=only)]
-    ids = flow.choose(candidates, batch_size=batch_size, queue_room=queue_room,
-                      type_room=type_room)
-    return session.rows("job_claim_ids", ids=ids, lease_seconds=lease_seconds) if ids else []
+        room_types=list(type_room), type_rooms=list(type_room.values()),
+        queues=list(queues) if queues else None)]
+    return flow.choose(candidates, batch_size=batch_size, queue_room=queue_room,
+                       type_room=type_room)
+
+
+def controlled_due(conn: Any, *, limit: int, queues: Sequence[str] | None = None,
+                   type_rates: Mapping[str, Rate] | None = None) -> int:
+    """Due jobs of capped or rate-limited queues and of rate-limited types (``type_rates``)
+    that a controlled claim could take now, up to ``limit``: each within its room, exactly as
+    ``claim_controlled`` would choose them, read without a lock."""
+    session = as_session(conn)
+    types = sorted(type_rates or ())
+    rooms = _rooms(session, None, types)
+    if not rooms.queue_room and not rooms.type_room:
+        return 0
+    type_room = {t: 0 for t in types} | rooms.type_room  # undeclared: none may start
+    return len(_chosen(session, limit, queues, rooms.queue_room, type_room))
 
 
 def limited_due(conn: Any, *, queues: Sequence[str], job_types: Sequence[str],
@@ -677,12 +701,15 @@ def drains_running(conn: Any) -> int:
 
 
 def due_count(conn: Any, *, limit: int, queues: Sequence[str] | None = None,
-              limited_types: Sequence[str] = ()) -> int:
-    """Due jobs, counted up to ``limit`` (an index scan of at most that many entries), not
-    counting those of capped or rate-limited queues and of ``limited_types``."""
-    return int(as_session(conn).rows("jobs_due_count", limit=limit,
-                                     queues=list(queues) if queues else None,
-                                     limited_types=list(limited_types) or None)[0]["due"])
+              limited_types: Sequence[str] = ()) -> tuple[int, bool]:
+    """Due jobs the plain and lone claims could take, counted up to ``limit`` (an index scan
+    of at most that many entries; not those of capped or rate-limited queues and of
+    ``limited_types``: ``controlled_due`` counts those), and whether some queue is capped or
+    rate-limited."""
+    row = as_session(conn).rows("jobs_due_count", limit=limit,
+                                queues=list(queues) if queues else None,
+                                limited_types=list(limited_types) or None)[0]
+    return int(row["due"]), bool(row["controlled"])
 
 
 # --- the doorbell's shared state (see pgdrain.aws.doorbell) ---------------------------------

@@ -128,7 +128,8 @@ FROM (SELECT job_type FROM pgdrain_type_rates
 -- What limits the next start, read after the locks (this statement's snapshot sees every
 -- claim committed before them): each controlled queue's cap, running jobs (claimed but not
 -- started included) and rate window; each locked type's rate window; and the clock, taken
--- after the locks, so that windows are written in the order their locks were held.
+-- after the locks, so that windows are written in the order their locks were held. :queues
+-- NULL: every capped or rate-limited queue not paused (the due count reads them unlocked).
 SELECT 'queue' AS scope, q.queue AS name, q.max_running,
        CASE WHEN q.max_running IS NULL THEN NULL ELSE
            (SELECT count(*) FROM jobs AS r WHERE r.status = 'running' AND r.queue = q.queue)
@@ -136,7 +137,9 @@ SELECT 'queue' AS scope, q.queue AS name, q.max_running,
        q.rate_limit, q.rate_period, q.rate_starts,
        EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now
 FROM pgdrain_queues AS q
-WHERE q.queue = ANY (:queues::text[])
+WHERE CASE WHEN :queues::text[] IS NULL
+           THEN (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL) AND q.paused_at IS NULL
+           ELSE q.queue = ANY (:queues::text[]) END
 UNION ALL
 SELECT 'type', t.job_type, NULL, NULL, t.rate_limit, t.rate_period, t.rate_starts,
        EXTRACT(EPOCH FROM clock_timestamp())::float8
@@ -388,12 +391,15 @@ WITH due AS MATERIALIZED (
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_candidates
--- The due jobs a controlled claim may start, locked (SKIP LOCKED) until its transaction ends:
--- up to each capped or rate-limited queue's room (:room_queues, :queue_rooms), and up to each
--- rate-limited type's room among the other queues (:room_types, :type_rooms), each at most a
--- batch, in claim order. Run after flow_lock and flow_rooms; the caller
--- picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues and
--- ordering keys' later jobs are left out as by the plain claim; a job whose claim was lost
+-- The due jobs a controlled claim may start: up to each capped or rate-limited queue's room
+-- (:room_queues, :queue_rooms), and up to each rate-limited type's room among the other queues
+-- (:room_types, :type_rooms), each at most :batch_size, in claim order. Read, not locked: only
+-- a controlled claim takes these jobs, and only while it holds their queue's row (a type's, for
+-- a rated type's jobs; flow_lock), so no other claim competes for them, and job_claim_ids
+-- claims only those still pending. Unlocked, it is also the due count's (controlled_due):
+-- what a claim could take now, with no row lock written. Run after flow_lock and flow_rooms;
+-- the caller picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues
+-- and ordering keys' later jobs are left out as by the plain claim; a job whose claim was lost
 -- before is taken here (job_claim_alone leaves controlled queues and types alone), its start
 -- recorded, and the drain runs it alone.
 WITH queue_room AS (
@@ -420,7 +426,6 @@ FROM (
                  AND (o.status = 'running' OR o.id < jobs.id)))
         ORDER BY priority, run_at, id
         LIMIT least(r.room, :batch_size::int)
-        FOR UPDATE SKIP LOCKED
     ) AS d
     UNION ALL
     SELECT d.*
@@ -442,7 +447,6 @@ FROM (
                  AND (o.status = 'running' OR o.id < jobs.id)))
         ORDER BY priority, run_at, id
         LIMIT least(t.room, :batch_size::int)
-        FOR UPDATE SKIP LOCKED
     ) AS d
 ) AS c
 ORDER BY c.priority, c.run_at, c.id
@@ -971,16 +975,26 @@ GROUP BY queue, status
 ORDER BY queue, status
 
 -- name: jobs_due_count
--- Due jobs, counted up to :limit through jobs_pending_idx: a bounded index scan, never a
--- count of the table. Fan-out and continuation only need to know "more than n". A paused
--- queue's jobs are not counted (no drain could claim them), nor a capped or rate-limited
--- one's (its limit, not more drains, decides how fast it goes).
-SELECT count(*)::int AS due
+-- Due jobs the plain and lone claims could take now, counted up to :limit through
+-- jobs_pending_idx: a bounded index scan, never a count of the table. Fan-out and continuation
+-- only need to know "more than n", and must count exactly what a claim could take: a drain
+-- started for a job no claim can take finds nothing and, if its own count says the same, starts
+-- another (keyed jobs behind a retrying one made 100 invocations a second). So the claims'
+-- filters: not expired, not of a paused queue, nor of a capped or rate-limited queue or a
+-- rate-limited type (controlled_due counts those, within their room), and of an ordering key
+-- only its head while none of the key runs. Jobs naming a tenant count (the fair claim takes
+-- them), and so do jobs to claim alone. Also says whether some queue is capped or
+-- rate-limited, so the caller knows whether to count those too.
+SELECT count(*)::int AS due,
+       EXISTS (SELECT FROM pgdrain_queues AS q
+               WHERE (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
+                 AND q.paused_at IS NULL) AS controlled
 FROM (
     SELECT 1
     FROM jobs
     WHERE status = 'pending'
       AND run_at <= now()
+      AND (expires_at IS NULL OR expires_at > now())
       AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
       AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
                        WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
@@ -989,6 +1003,11 @@ FROM (
                                   WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
                                      OR q.rate_limit IS NOT NULL)))
       AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
+      AND (ordering_key IS NULL OR NOT EXISTS (
+               SELECT FROM jobs AS o
+               WHERE o.ordering_key = jobs.ordering_key
+                 AND o.status IN ('pending', 'running')
+                 AND (o.status = 'running' OR o.id < jobs.id)))
     LIMIT :limit::int
 ) AS due
 
