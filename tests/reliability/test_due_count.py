@@ -127,7 +127,7 @@ def test_fan_out_counts_controlled_work_a_drain_could_take(database_url, conn, s
     for _ in range(40):
         pgdrain.enqueue(conn, "noop", queue="wide")
     pgdrain.set_queue(conn, "wide", max_running=1000, rate=str(parse_rate("1000/s")))
-    summary, launcher = run(database_url, noop_registry(), concurrency=10, max_jobs=1)
+    _, launcher = run(database_url, noop_registry(), concurrency=10, max_jobs=1)
     # 40 claimable jobs at 10 a drain: three more drains (the cap of 4 in all).
     assert ("fan-out" in {reason for _, reason in launcher.launched}), launcher.launched
     assert sum(n for n, reason in launcher.launched if reason == "fan-out") == 3
