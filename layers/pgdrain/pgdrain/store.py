@@ -191,8 +191,9 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
                 session, queues=[n for s, n in full if s == "queue"],
                 job_types=[n for s, n in full if s == "type"], only_queues=queues):
             wait = min(full.values())
-    jobs = sorted((_claimed_job(r) for r in rows), key=lambda j: (j.priority, j.run_at, j.id))
-    return ControlledClaim(jobs, wait)
+    # In claim order as the statements return them: sorted here, a run_at of -infinity or
+    # of a BC date (text from the driver, not a datetime) raised after the claim committed.
+    return ControlledClaim([_claimed_job(r) for r in rows], wait)
 
 
 def _claim_within(session: Session, batch_size: int, lease_seconds: float,
