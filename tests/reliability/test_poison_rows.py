@@ -207,3 +207,18 @@ def test_lease_expiries_never_charge_the_batch_mates_of_a_poison_row(load_functi
         "SELECT job_type, status, attempts, count(*) AS n FROM jobs GROUP BY 1, 2, 3")}
     assert counts == {("test-noop", "failed", 1): 1, ("test-noop", "done", 1): 9}
 
+
+@pytest.mark.parametrize("poison", ["a run_at of -infinity", "a BC run_at"])
+def test_the_queue_lag_of_a_job_due_before_year_1_counts_from_year_1(load_function, conn, sql,
+                                                                     capsys, poison):
+    # As the backlog's OldestDueAge counts it: the metric that says how late jobs start must
+    # not show the oldest job of all as on time.
+    _insert_with_plain_sql(sql, POISONS[poison])
+    app = load_function("drain")
+    capsys.readouterr()
+    response = app.lambda_handler(load_event("drain_api.json"), LambdaContext())
+    assert json.loads(response["body"])["done"] == 1
+    [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if '"_aws"' in line and '"QueueLag"' in line]
+    [lag] = emf["QueueLag"]
+    assert lag > 6e10  # seconds since year 1
