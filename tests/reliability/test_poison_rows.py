@@ -157,8 +157,9 @@ def test_a_poison_row_ends_alone_and_its_batch_mates_run(load_function, function
     innocent = [lead] + [r.id for r in pgdrain.enqueue_many(
         conn, [{"job_type": how.job_type}] * 8)]
     how.arrange(conn, sql, bad, innocent)
+    modules = function_env["PGDRAIN_JOBS"] + (f",{RATED_JOBS}" if how.job_type == RATED else "")
     app = load_function("drain", PGDRAIN_BATCH_SIZE="10", PGDRAIN_CONCURRENCY=concurrency,
-                        PGDRAIN_JOBS=f"{function_env['PGDRAIN_JOBS']},{RATED_JOBS}")
+                        PGDRAIN_JOBS=modules)
 
     totals = _drain_until_idle(app)
     assert (totals["claimed"], totals["done"], totals["failed"], totals["retried"],
