@@ -84,6 +84,28 @@ def test_a_cap_and_a_rate_together_take_the_smaller_room(conn):
     assert len(claim_rated(conn).jobs) == 1      # then the rate binds: 5 per minute
 
 
+@pytest.mark.parametrize("limit", ["a rated type", "a queue cap"])
+def test_a_controlled_claim_returns_its_jobs_in_claim_order_whatever_their_run_at(conn, sql,
+                                                                                 limit):
+    # The statements order the batch: pg8000 returns a run_at of -infinity or of a BC date as
+    # text, and the batch sorted in Python raised after its claim had committed.
+    ids = {name: sql("INSERT INTO jobs (job_type, priority, run_at) "
+                     "VALUES ('sync', :p, CAST(:at AS timestamptz)) RETURNING id",
+                     p=priority, at=at)[0]["id"]
+           for name, priority, at in [("late", 1, "now"), ("bc", 1, "0044-03-15 BC"),
+                                      ("urgent", 0, "now"), ("ancient", 1, "-infinity"),
+                                      ("year-1", 1, "0001-01-01 00:00:00+00")]}
+    rates = {"sync": parse_rate("100/s")} if limit == "a rated type" else None
+    if rates:
+        declare_type_rates(conn, rates)
+    else:
+        pgdrain.set_queue(conn, "default", max_running=10)
+    claimed = claim_rated(conn, type_rates=rates).jobs
+    assert [j.id for j in claimed] == [ids[n] for n in ("urgent", "ancient", "bc", "year-1",
+                                                        "late")]
+    assert [j.run_at for j in claimed[1:3]] == ["-infinity", "0044-03-15 00:00:00+00 BC"]
+
+
 def test_eight_drains_racing_start_exactly_the_rate(database_url, conn, sql):
     registry = Registry()
     pgdrain.job("call-api", registry=registry)(lambda job: None)

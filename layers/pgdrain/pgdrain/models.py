@@ -177,8 +177,12 @@ class Job:
     max_attempts: int
     queue: str
     priority: int
-    run_at: datetime
-    created_at: datetime
+    run_at: datetime | str
+    """When the job became due. Text where Python has no datetime for it: plain SQL may store
+    ``-infinity`` or a BC date, which pg8000 returns as PostgreSQL writes it."""
+    created_at: datetime | str
+    """When the job was inserted (text too, as ``run_at``: ``-infinity``, ``infinity``, a BC
+    date or a year past 9999, stored by plain SQL)."""
     claimed_at: datetime
     lease_expires_at: datetime
     lease_token: str

@@ -183,8 +183,8 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
                 session, queues=[n for s, n in full if s == "queue"],
                 job_types=[n for s, n in full if s == "type"], only_queues=queues):
             wait = min(full.values())
-    # In claim order already (the statements order their rows): a run_at of -infinity comes
-    # back as text, which Python could not sort beside datetimes.
+    # In claim order as the statements return them: sorted here, a run_at of -infinity or
+    # of a BC date (text from the driver, not a datetime) raised after the claim committed.
     return ControlledClaim([_claimed_job(r) for r in rows], wait, rated)
 
 

@@ -4,7 +4,7 @@ invocation's counts, durations, lags and backlog as EMF metrics (Powertools)."""
 from __future__ import annotations
 
 import random
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -19,6 +19,7 @@ from ..models import Job
 _OUTCOME_METRICS = {"done": "JobsDone", "retried": "JobsRetried",
                     "released": "JobsReleased", "snoozed": "JobsSnoozed",
                     "stale": "StaleWrites"}
+YEAR_ONE = datetime(1, 1, 1, tzinfo=UTC)
 
 
 class DrainObserver:
@@ -71,9 +72,10 @@ class DrainObserver:
             slot = random.randrange(self.seen)  # reservoir sampling: every job equally likely
             if slot >= self.SAMPLE_SIZE:
                 return
-        # run_at can be a value Python has no datetime for ('-infinity', a BC date).
-        lag = (job.claimed_at - job.run_at).total_seconds() \
-            if isinstance(job.run_at, datetime) else 0.0
+        # A claimed job's run_at is past, so one Python has no datetime for is -infinity or a
+        # BC date (text): it waited at least since year 1, as the backlog's OldestDueAge counts.
+        run_at = job.run_at if isinstance(job.run_at, datetime) else YEAR_ONE
+        lag = (job.claimed_at - run_at).total_seconds()
         self.durations[slot] = duration * 1000
         self.lags[slot] = max(lag, 0.0)
 

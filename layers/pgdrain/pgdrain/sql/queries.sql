@@ -592,9 +592,11 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_ids
 -- Claim the jobs a controlled claim picked (locked by its job_claim_candidates), as
--- job_claim_batch claims.
-UPDATE jobs AS j
-SET status           = 'running',
+-- job_claim_batch claims, and return them in claim order as it does: ordered here, not by
+-- the caller, for run_at may be -infinity or a BC date, which the driver returns as text.
+WITH claimed AS (
+    UPDATE jobs AS j
+    SET status           = 'running',
         attempts         = j.attempts + 1,
         claimed_at       = now(),
         lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
@@ -602,10 +604,12 @@ SET status           = 'running',
         -- A job whose claim was lost before has its start recorded, as job_claim_alone does.
         started_at       = CASE WHEN j.lost_claims > 0 THEN now() END,
         updated_at       = now()
-WHERE j.id = ANY (:ids::bigint[]) AND j.status = 'pending'
-RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
+    WHERE j.id = ANY (:ids::bigint[]) AND j.status = 'pending'
+    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
               j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
               j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
+)
+SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_complete_batch
 -- Mark claimed jobs done: job_finish_batch for the commonest case, two arrays instead of five
