@@ -589,9 +589,11 @@ def test_queue_set_rate_limits_a_queue_keeps_its_cap_and_refuses_bad_rates(datab
     assert json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)["rates"] == {
         "partner": "10/s"}
     for bad, why in (("0/min", "from 1 to 10000"), ("10", "not a rate"),
-                     ("5/fortnight", "unknown period"), ("1.5/s", "not a rate")):
+                     ("5/fortnight", "unknown period"), ("1.5/s", "not a rate"),
+                     ("1/0.5s", "from a second to a day"), ("9" * 5000 + "/s", "from 1 to 10000")):
         refused = pgdrain_cli(database_url, "queue", "set", "partner", "--rate", bad)
         assert refused.returncode == 2 and why in refused.stderr, refused.stderr
+        assert len(refused.stderr) < 1000, refused.stderr  # the rate quoted cut short
     state = json.loads(pgdrain_cli(database_url, "queue", "set", "partner", "--json",
                                    "--rate", "100/min").stdout)
     assert (state["max_running"], state["rate"]) == (3, "100/min")

@@ -82,8 +82,8 @@ def _parser() -> argparse.ArgumentParser:
                            metavar="N", help="at most N running at once; `none` lifts the cap")
     queue_set.add_argument("--rate", type=arguments.rate, default=argparse.SUPPRESS,
                            metavar="N/PERIOD",
-                           help="at most N starts in any PERIOD (10/s, 100/min, 5/h, 3/10s); "
-                                "`none` lifts the limit")
+                           help="at most N starts in any PERIOD of a second to a day (10/s, "
+                                "100/min, 5/h, 3/10s); `none` lifts the limit")
     queue_set.add_argument("--new", action="store_true",
                            help="a queue no job names yet (otherwise refused as a typo)")
     queue_set.add_argument("--json", action="store_true", help="print JSON, for scripts")

@@ -576,11 +576,11 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
         "description": "A concurrency cap and a rate limit, enforced in the claim itself "
                        "across all drains: never more than `max_running` jobs of the queue "
                        "running at once, never more than `rate` starts (`N/period`: `10/s`, "
-                       "`100/min`, `5/h`, `1000/day`, `3/10s`; N from 1 to 10,000) in any "
-                       "such window. Jobs over them stay pending, uncharged. Give either or "
-                       "both; one not given stays; null lifts it. A cap below what runs now "
-                       "lets those finish. A bad value (`0/min`, a cap of 0): 422, nothing "
-                       "changed.",
+                       "`100/min`, `5/h`, `1000/day`, `3/10s`; N from 1 to 10,000, the period "
+                       "from a second to a day) in any such window. Jobs over them stay "
+                       "pending, uncharged. Give either or both; one not given stays; null "
+                       "lifts it. A cap below what runs now lets those finish. A bad value "
+                       "(`0/min`, `1/0.5s`, a cap of 0): 422, nothing changed.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "additionalProperties": False, "minProperties": 1,
             "properties": {"max_running": {"anyOf": [
