@@ -505,7 +505,9 @@ _DRAIN_NOW: dict[str, Any] = {
 
 _QUEUE_PARAMETER: dict[str, Any] = {
     "name": "queue", "in": "path", "required": True,
-    "description": "A queue's name (the jobs' `queue`).",
+    "description": "A queue's name (the jobs' `queue`), percent-encoded: any name a job "
+                   "can have (`a%2Fb` is `a/b`). One no job can have (a NUL, text that is "
+                   "not valid UTF-8) answers 422.",
     "schema": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT}}
 _QUEUE_STATE = {"description": "The queue's state.", "content": {"application/json": {
     "schema": {"type": "object", "required": ["queue", "paused", "paused_at"],
@@ -590,7 +592,7 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
                                     "examples": ["10/s", "100/min"]},
                                    {"type": "null"}]}}}}}},
         "responses": {"200": _QUEUE_STATE, "400": _ref_response("BadRequest"),
-                      **_QUEUE_REFUSALS},
+                      "415": _ref_response("UnsupportedMediaType"), **_QUEUE_REFUSALS},
     },
     "pauseQueue": {
         "description": "No claim that starts after this answer takes the queue's jobs; the "
