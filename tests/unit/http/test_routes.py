@@ -1,5 +1,6 @@
-"""The route table: the template routes exactly these, the resolver and the 405's Allow use
-the same patterns, and the OpenAPI document describes the enqueue function's."""
+"""The route table: the template routes exactly these, a request finds its route (and a
+405's Allow its methods) by the same match of the decoded path, and the OpenAPI document
+describes the enqueue function's."""
 
 from __future__ import annotations
 
