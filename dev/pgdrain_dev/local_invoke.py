@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgdrain.cli.output import escape_json
 from pgdrain.errors import ConfigError
 
 FUNCTION_TYPE = "AWS::Serverless::Function"
@@ -989,7 +990,10 @@ def run(args: argparse.Namespace) -> int:
         _say("interrupted: the function's process was stopped")
         return 130
     _report(function, outcome)
-    sys.stdout.write(outcome.payload.decode("utf-8", errors="replace").rstrip("\n") + "\n")
+    # The function's answer may quote what a caller sent (a queue name): escaped as the CLI
+    # escapes every value it prints, in JSON's own escapes (the answer stays the same JSON).
+    sys.stdout.write(escape_json(outcome.payload.decode("utf-8", errors="replace").rstrip("\n"))
+                     + "\n")
     sys.stdout.flush()
     return 0 if outcome.ok else 1
 

@@ -343,7 +343,7 @@ def test_an_id_no_job_can_have_is_a_400_on_every_route(app, ident):
 
 
 def test_an_id_no_route_accepts_is_a_400_not_a_405(app):
-    # A NUL does not match the route's pattern: with the right method, the id is what is wrong.
+    # A NUL in the id: the path is GET /jobs/{id}'s, and the id is what is wrong.
     event = load_event("job_get.json")
     event["path"], event["pathParameters"] = "/jobs/\x00", {"id": "\x00"}
     status, body, response = call(app, event)

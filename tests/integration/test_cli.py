@@ -589,9 +589,11 @@ def test_queue_set_rate_limits_a_queue_keeps_its_cap_and_refuses_bad_rates(datab
     assert json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)["rates"] == {
         "partner": "10/s"}
     for bad, why in (("0/min", "from 1 to 10000"), ("10", "not a rate"),
-                     ("5/fortnight", "unknown period"), ("1.5/s", "not a rate")):
+                     ("5/fortnight", "unknown period"), ("1.5/s", "not a rate"),
+                     ("1/0.5s", "from a second to a day"), ("9" * 5000 + "/s", "from 1 to 10000")):
         refused = pgdrain_cli(database_url, "queue", "set", "partner", "--rate", bad)
         assert refused.returncode == 2 and why in refused.stderr, refused.stderr
+        assert len(refused.stderr) < 1000, refused.stderr  # the rate quoted cut short
     state = json.loads(pgdrain_cli(database_url, "queue", "set", "partner", "--json",
                                    "--rate", "100/min").stdout)
     assert (state["max_running"], state["rate"]) == (3, "100/min")
@@ -600,3 +602,72 @@ def test_queue_set_rate_limits_a_queue_keeps_its_cap_and_refuses_bad_rates(datab
     lifted = json.loads(pgdrain_cli(database_url, "queue", "set", "partner", "--json",
                                     "--rate", "none").stdout)
     assert (lifted["max_running"], lifted["rate"]) == (3, None)
+
+
+# Text any API caller can put in the database (POST /jobs takes it as a queue, a job type, a
+# tenant, a key): escape sequences that clear the screen, retitle the window or recolour it,
+# a CR that rewrites the line, BEL, a C1 CSI, U+202E that shows text reversed, DEL, U+2028.
+HOSTILE = {"esc": "\x1b[2J\x1b]0;pwned\x07q", "cr": "ok\rEVIL", "bel": "ding\x07",
+           "rlo": "evil\u202etxt.exe", "c1": "csi\x9b31m", "mix": "\x1b[31mred\u2028\x7f"}
+
+
+def raw_controls(text: str) -> list[str]:
+    """The control and format characters in ``text`` (a terminal acts on them) other than
+    the newlines of the layout."""
+    import unicodedata
+
+    return sorted({f"U+{ord(c):04X}" for c in text if c != "\n"
+                   and unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")})
+
+
+def test_no_command_lets_a_control_character_from_the_database_reach_the_terminal(
+        database_url, conn, sql):
+    names = list(HOSTILE.values())
+    failed = [r.id for r in pgdrain.enqueue_many(conn, [
+        {"job_type": name, "queue": name, "dedupe_key": name + "-failed"}
+        for name in names[:2]])]
+    claimed = pgdrain.claim(conn, batch_size=2, lease_seconds=60)
+    assert sorted(job.id for job in claimed) == sorted(failed)
+    for job in claimed:
+        assert pgdrain.fail(conn, job, f"boom {HOSTILE['esc']}\nline 2 {HOSTILE['cr']}")
+    ids = failed + [r.id for r in pgdrain.enqueue_many(conn, [
+        {"job_type": name, "queue": name, "tenant": name, "ordering_key": name,
+         "dedupe_key": name, "payload": {"note": name, name: [name]}} for name in names])]
+    pgdrain.pause(conn, HOSTILE["esc"])
+    pgdrain.pause(conn, HOSTILE["rlo"])
+    pgdrain.set_queue(conn, HOSTILE["cr"], max_running=2, rate="5/min")
+    sql("INSERT INTO pgdrain_schedules (name, last_tick, last_job_id) "
+        "VALUES (:name, now(), 1)", name=HOSTILE["mix"])
+    conn.run("SELECT pg_advisory_lock(:key::int, 1)", key=pgdrain.store.DRAIN_SLOT_LOCK_KEY)
+    try:
+        top = pgdrain_cli(database_url, "top", "--once")
+    finally:
+        conn.run("SELECT pg_advisory_unlock(:key::int, 1)",
+                 key=pgdrain.store.DRAIN_SLOT_LOCK_KEY)
+    runs = {("top", "--once"): top}
+    reads = [["stats"], ["stats", "--json"], ["list"], ["list", "--json"],
+             ["list", "--status", "failed"], ["schedules"], ["schedules", "--json"],
+             ["purge", "--status", "failed", "--older-than", "0s"], ["janitor"]]
+    reads += [["show", str(i), *json_flag] for i in ids for json_flag in ([], ["--json"])]
+    # The CLI refuses C0 controls in a name it is given; the others it echoes back.
+    for name in (HOSTILE["rlo"], HOSTILE["c1"]):
+        reads += [["pause", name], ["resume", name], ["queue", "set", name, "--rate", "9/h"],
+                  ["queue", "set", name, "--max-running", "3", "--json"],
+                  ["pause", name + "-typo"], ["list", "--queue", name]]
+    reads += [["cancel", str(ids[-1])], ["requeue", "--id", str(ids[0])]]
+    for args in reads:
+        runs[tuple(args)] = pgdrain_cli(database_url, *args)
+    for args, result in runs.items():
+        assert result.returncode in (0, 2), (args, result.stderr)
+        assert raw_controls(result.stdout + result.stderr) == [], (args, result.stdout,
+                                                                   result.stderr)
+    # Shown escaped, not dropped: the operator sees what the name holds.
+    stats = runs["stats",].stdout
+    assert "\\x1b[2J\\x1b]0;pwned\\x07q" in stats and "evil\\u202etxt.exe" in stats
+    assert "queue '\\x1b[2J\\x1b]0;pwned\\x07q' is PAUSED" in stats
+    listed = json.loads(runs["list", "--json"].stdout)
+    assert sorted(r["queue"] for r in listed) == sorted(names + names[:2])  # JSON keeps them
+    assert "boom \\x1b[2J" in runs["list", "--status", "failed"].stdout
+    shown = runs["show", str(failed[0])].stdout
+    assert "line 2 ok\\rEVIL" in shown  # the error's own lines kept, its CR escaped
+    assert runs["pause", HOSTILE["rlo"] + "-typo"].returncode == 2

@@ -83,3 +83,35 @@ def test_a_record_keeps_a_tracebacks_lines_and_escapes_the_rest():
     text = output.record({"id": 7, "last_error": "boom\nTraceback: line 2\x1b[2J"})
     assert text.splitlines() == ["id          7", "last_error  boom",
                                  "            Traceback: line 2\\x1b[2J"]
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("plain name", "plain name"), ("ünï cödé 名前", "ünï cödé 名前"),
+    ("a\x1b[2Jb", "a\\x1b[2Jb"), ("ok\rEVIL", "ok\\rEVIL"), ("ding\x07", "ding\\x07"),
+    ("csi\x9b31m", "csi\\x9b31m"), ("del\x7f", "del\\x7f"),
+    # Format and separator characters: U+202E shows what follows reversed.
+    ("evil\u202etxt.exe", "evil\\u202etxt.exe"), ("a\u2028b", "a\\u2028b"),
+    ("zero\u200bwidth", "zero\\u200bwidth"), ("tag\U000e0041", "tag\\U000e0041"),
+    ("lone\udcff", "lone\\udcff"),  # an argument that was not UTF-8: printing it would fail
+])
+def test_every_printed_value_is_escaped_by_one_function(text, shown):
+    assert output.escape(text) == output.cell(text) == shown
+    assert output.quoted(text) == f"'{shown}'"
+
+
+def test_json_escapes_what_a_terminal_acts_on_and_stays_the_same_json():
+    import json
+
+    value = {"queue": "\x1b[2J\x9b\x7f\u202e\u2028\U000e0041 ünï", "n": [1, "a\nb"]}
+    text = output.to_json(value)
+    assert json.loads(text) == value
+    assert text.isascii() is False and "ünï" in text  # readable names stay readable
+    assert all(c == "\n" or c.isprintable() for c in text), text
+    assert "\\u202e" in text and "\\u009b" in text and "\\u007f" in text
+    assert output.escape_json('{"a": "\u202e"}') == '{"a": "\\u202e"}'
+
+
+def test_a_bad_argument_is_quoted_escaped():
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        arguments.name("a\x1b[2Jb")
+    assert str(caught.value).endswith("not 'a\\x1b[2Jb'")

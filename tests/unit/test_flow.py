@@ -22,7 +22,8 @@ from pgdrain.flow import (
 @pytest.mark.parametrize(("text", "rate"), [
     ("10/s", Rate(10, 1.0)), ("100/min", Rate(100, 60.0)), ("5/h", Rate(5, 3600.0)),
     ("1000/day", Rate(1000, 86400.0)), ("3/10s", Rate(3, 10.0)), (" 7 / minute ", Rate(7, 60.0)),
-    ("10000/S", Rate(10000, 1.0)),
+    ("10000/S", Rate(10000, 1.0)), ("1/1.5s", Rate(1, 1.5)), ("1/0.5min", Rate(1, 30.0)),
+    ("0010/s", Rate(10, 1.0)), ("1/86400s", Rate(1, 86400.0)),
 ])
 def test_rates_parse(text, rate):
     assert parse_rate(text) == rate
@@ -31,11 +32,20 @@ def test_rates_parse(text, rate):
 @pytest.mark.parametrize(("text", "why"), [
     ("0/min", "from 1 to 10000"), ("10001/s", "from 1 to 10000"), ("10", "not a rate"),
     ("-1/s", "not a rate"), ("1.5/s", "not a rate"), ("5/fortnight", "unknown period"),
-    ("5/2day", "at most a day"), ("5/0s", "more than 0"), (10, "not int"), ("", "not a rate"),
+    ("5/2day", "from a second to a day"), ("5/0s", "from a second"), (10, "not int"),
+    ("", "not a rate"),
+    # The docs say a second to a day: shorter periods were accepted.
+    ("1/0.5s", "from a second to a day"), ("1/0.000001s", "from a second to a day"),
+    ("1/86401s", "from a second to a day"),
+    # int() of more than 4,300 digits raises ValueError (not a RateError): it answered 500.
+    ("9" * 5000 + "/s", "from 1 to 10000"), ("1" * 4301 + "/min", "from 1 to 10000"),
+    ("1/" + "9" * 5000 + "s", "from a second to a day"),
+    ("\u0661\u0660/s", "not a rate"),  # Arabic-Indic digits: int() reads them as 10
 ])
 def test_bad_rates_say_what_is_wrong(text, why):
-    with pytest.raises(RateError, match=why):
+    with pytest.raises(RateError, match=why) as caught:
         parse_rate(text)
+    assert len(str(caught.value)) < 200  # the rate is quoted cut short, not 5,000 digits
 
 
 def test_rates_print_as_written():

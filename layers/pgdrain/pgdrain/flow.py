@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 MAX_RATE_LIMIT = 10_000
 """Most starts a rate may allow per period (the window trims to what can still limit: at most
 this many pairs)."""
+MIN_RATE_PERIOD = 1.0
+"""The shortest period a rate may have: a second (the docs' range is a second to a day)."""
 MAX_RATE_PERIOD = 86_400.0
 NO_LIMIT = 2**31 - 1
 """The room of a queue or type with neither a cap nor a rate (an int column's largest)."""
@@ -24,7 +26,8 @@ NO_LIMIT = 2**31 - 1
 PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
            "h": 3600.0, "hour": 3600.0, "d": 86_400.0, "day": 86_400.0}
 # Compiled at the first use (re caches it), not at import: every function's init imports this.
-_RATE = r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*"
+# ASCII digits only: \d takes any script's digits, and int() reads Arabic-Indic "10" as 10.
+_RATE = r"\s*([0-9]+)\s*/\s*([0-9]+(?:\.[0-9]+)?)?\s*([a-z]+)\s*"
 
 
 class RateError(ValueError):
@@ -47,26 +50,39 @@ class Rate(NamedTuple):
 def parse_rate(text: Any) -> Rate:
     """``"10/s"``, ``"100/min"``, ``"5/h"``, ``"1000/day"``, ``"3/10s"`` (a period of 10 s).
     Raise RateError saying what is wrong: the count is a whole number from 1 to 10,000 (a rate
-    of 0 would stop the queue: pause it instead), the period a unit of at most a day."""
+    of 0 would stop the queue: pause it instead), the period from a second to a day."""
     if isinstance(text, Rate):
         return text
     if not isinstance(text, str):
         raise RateError(f"must be text like '10/s' or '100/min', not {type(text).__name__}")
     match = re.fullmatch(_RATE, text.lower())
     if match is None:
-        raise RateError(f"{text!r} is not a rate: write N/period, e.g. '10/s', '100/min', "
-                        "'5/h', '3/10s'")
+        raise RateError(f"{_shown(text)} is not a rate: write N/period, e.g. '10/s', "
+                        "'100/min', '5/h', '3/10s'")
     count, multiple, unit = match.groups()
     if unit not in PERIODS:
-        raise RateError(f"{text!r}: unknown period {unit!r} (use s, min, h or day)")
-    limit = int(count)
-    if not 1 <= limit <= MAX_RATE_LIMIT:
-        raise RateError(f"{text!r}: the count must be from 1 to {MAX_RATE_LIMIT} (to stop a "
-                        "queue, pause it)")
+        raise RateError(f"{_shown(text)}: unknown period {_shown(unit)} (use s, min, h or "
+                        "day)")
+    # Measured before int(): past 4,300 digits int() raises a ValueError of its own.
+    digits = count.lstrip("0")
+    if not digits or len(digits) > len(str(MAX_RATE_LIMIT)) or int(digits) > MAX_RATE_LIMIT:
+        raise RateError(f"{_shown(text)}: the count must be from 1 to {MAX_RATE_LIMIT} (to "
+                        "stop a queue, pause it)")
     period = PERIODS[unit] * (float(multiple) if multiple else 1.0)
-    if not 0 < period <= MAX_RATE_PERIOD:
-        raise RateError(f"{text!r}: the period must be more than 0 and at most a day")
-    return Rate(limit, period)
+    # Shorter than a second, a window would hold starts of one claim only: the drains claim
+    # about once a second at the least, so such a rate could not be what it says.
+    if not MIN_RATE_PERIOD <= period <= MAX_RATE_PERIOD:
+        raise RateError(f"{_shown(text)}: the period must be from a second to a day (1/s to "
+                        "1/day, or a multiple such as 3/10s); "
+                        + ("this one is longer" if period > MAX_RATE_PERIOD else
+                           f"{period:g} s is shorter"))
+    return Rate(int(digits), period)
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut short (a rate may be 5,000 characters long)."""
+    shown = repr(text)
+    return shown if len(shown) <= 40 else shown[:39] + "…'"
 
 
 MIN_START_SLACK_SECONDS = 0.05

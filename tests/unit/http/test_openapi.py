@@ -133,7 +133,7 @@ def test_routes_operations_and_responses():
         ("/jobs/{id}/cancel", "post"): {"200", "400", "404", "409", *failures, *gateway},
         ("/queues/{queue}/pause", "post"): {"200", "404", "422", *failures, *gateway},
         ("/queues/{queue}/resume", "post"): {"200", "404", "422", *failures, *gateway},
-        ("/queues/{queue}", "put"): {"200", "400", "404", "422", *failures, *gateway},
+        ("/queues/{queue}", "put"): {"200", "400", "404", "415", "422", *failures, *gateway},
         ("/drain", "post"): {"200", "202", "405", *failures, *gateway},
     }
     responses = document["components"]["responses"]

@@ -10,6 +10,7 @@ import pytest
 from pgdrain.errors import DatabaseTimeout, DatabaseUnavailable, DedupeContention, QueryFailed
 from pgdrain.http import service
 from pgdrain.http.requests import ApiError, Limits
+from pgdrain.http.routes import match
 from pgdrain.registry import Registry
 
 
@@ -27,9 +28,14 @@ def test_a_known_path_with_another_method_is_405_with_allow():
     assert answer.body["details"] == {"allow": "GET"}
 
 
-def test_the_right_method_on_a_path_whose_id_no_route_takes_is_a_bad_id():
-    answer = service.no_route("GET", "/jobs/%00")
-    assert answer.status == 400 and answer.body["error"] == service.BAD_ID
+def test_a_path_with_an_id_no_job_can_have_goes_to_its_route_which_answers_400():
+    # Not a 405 (the method is right) nor a guess in no_route: the route checks its id.
+    found = match("GET", "/jobs/%00", "enqueue")
+    assert found is not None and (found.route.operation_id, found.params) == (
+        "getJob", {"id": "\x00"})
+    with pytest.raises(ApiError) as caught:
+        service.job_id(found.params["id"])
+    assert caught.value.status == 400 and caught.value.message == service.BAD_ID
 
 
 @pytest.mark.parametrize("raw", ["0", "-1", "abc", "1.5", "9223372036854775808", "9" * 5000])

@@ -6,7 +6,6 @@ a commit that created a due job. ``functions/enqueue/app.py`` only wires this up
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -16,16 +15,24 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from ..db import Connector, Session
 from ..http import service
 from ..http.requests import Limits
-from ..http.routes import routes_of
+from ..http.routes import match
 from ..registry import Registry
 from ..settings import Settings
 from .doorbell import Doorbell
 from .powertools import count
 
+# Powertools' resolver takes every request to one handler, which finds its route with
+# ``pgdrain.http.routes.match``: Powertools' own patterns take only some characters in a path
+# parameter (a queue named with an ESC or U+202E matched no route) and leave it
+# percent-encoded. ``(?s:.*)`` matches any path, newlines included.
+ANY_PATH = "(?s:.*)"
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
 
 class EnqueueFunction:
     """What one container of the enqueue function keeps between invocations: the resolver
-    with every route of ``pgdrain.http.routes`` for this function, and its connection."""
+    (its one handler serves the routes of ``pgdrain.http.routes`` for this function), and its
+    connection."""
 
     def __init__(self, *, settings: Settings, registry: Registry, limits: Limits,
                  connector: Connector, doorbell: Doorbell, logger: Logger, metrics: Metrics):
@@ -36,9 +43,8 @@ class EnqueueFunction:
         self.metrics = metrics
         self.app = app = APIGatewayRestResolver()
         self.api = service.EnqueueApi(registry=registry, limits=limits, session=self.session)
-        for route in routes_of("enqueue"):
-            app.route(route.powertools_path, method=route.method,
-                      operation_id=route.operation_id)(self._route(route.operation_id))
+        app.route(ANY_PATH, method=METHODS)(self._serve)
+        # A method outside METHODS reaches no handler: answered the same way (405 or 404).
         app.exception_handler(NotFoundError)(self._no_route)
         app.exception_handler(Exception)(self._failed)
 
@@ -57,23 +63,18 @@ class EnqueueFunction:
         self.connector.open(time.monotonic() + left - self.settings.margin_for(left) / 2)
         return self.connector.session()
 
-    def _route(self, operation_id: str) -> Callable[..., Response[Any]]:
-        def serve(**path_params: str) -> Response[Any]:
-            return self._serve(operation_id, **path_params)
-
-        serve.__name__ = operation_id  # Powertools names its middleware after the function
-        return serve
-
-    def _serve(self, operation_id: str, **path_params: str) -> Response[Any]:
+    def _serve(self) -> Response[Any]:
         event = self.app.current_event
+        found = match(event.http_method, event.path or "", "enqueue")
+        if found is None:
+            return self._answer(service.no_route(event.http_method, event.path or ""))
         headers = {k.lower(): v for k, v in (event.headers or {}).items()}
         request = service.Request(body=event.body, base64_encoded=bool(event.is_base64_encoded),
-                                  headers=headers, path_params=dict(path_params))
-        return self._answer(self.api.handle(operation_id, request))
+                                  headers=headers, path_params=found.params)
+        return self._answer(self.api.handle(found.route.operation_id, request))
 
     def _no_route(self, error: NotFoundError) -> Response[Any]:
-        event = self.app.current_event
-        return self._answer(service.no_route(event.http_method, event.path or ""))
+        return self._serve()
 
     def _failed(self, error: Exception) -> Response[Any]:
         request_id = getattr(self.app.lambda_context, "aws_request_id", None)

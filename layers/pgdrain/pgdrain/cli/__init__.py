@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ..errors import PgdrainError, QueryFailed
 from . import arguments
+from .output import cell
 
 STATUSES = ("pending", "running", "done", "failed", "cancelled")
 
@@ -82,8 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                            metavar="N", help="at most N running at once; `none` lifts the cap")
     queue_set.add_argument("--rate", type=arguments.rate, default=argparse.SUPPRESS,
                            metavar="N/PERIOD",
-                           help="at most N starts in any PERIOD (10/s, 100/min, 5/h, 3/10s); "
-                                "`none` lifts the limit")
+                           help="at most N starts in any PERIOD of a second to a day (10/s, "
+                                "100/min, 5/h, 3/10s); `none` lifts the limit")
     queue_set.add_argument("--new", action="store_true",
                            help="a queue no job names yet (otherwise refused as a typo)")
     queue_set.add_argument("--json", action="store_true", help="print JSON, for scripts")
@@ -141,14 +142,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"pgdrain {args.command}: interrupted", file=sys.stderr)
         return 130
+    # A message may quote what the database or the operator gave (a name, the server's
+    # text): escaped as every value the command prints, and so on one line.
     except QueryFailed as exc:  # the server's message and SQLSTATE, not its whole record
-        print(f"pgdrain {args.command}: the database refused it: {exc}", file=sys.stderr)
+        print(f"pgdrain {args.command}: the database refused it: {cell(exc)}",
+              file=sys.stderr)
         return 1
     except PgdrainError as exc:
-        print(f"pgdrain {args.command}: {exc}", file=sys.stderr)
+        print(f"pgdrain {args.command}: {cell(exc)}", file=sys.stderr)
         return 2 if _is_usage(exc) else 1
     except Exception as exc:  # a driver error: say which, without the connection string
-        print(f"pgdrain {args.command}: {_describe(exc)}", file=sys.stderr)
+        print(f"pgdrain {args.command}: {cell(_describe(exc))}", file=sys.stderr)
         return 1
 
 

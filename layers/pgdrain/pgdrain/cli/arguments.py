@@ -9,6 +9,7 @@ import math
 import re
 
 from ..errors import InvalidJobId
+from .output import quoted
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
 _UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -92,5 +93,5 @@ def name(raw: str) -> str:
 
 
 def _shown(raw: str) -> str:
-    text = repr(raw)
+    text = quoted(raw)  # what the operator typed, escaped as every value printed
     return text if len(text) <= 40 else text[:39] + "…"

@@ -67,13 +67,26 @@ def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
         print(output.table(shown, STATS_COLUMNS), file=out)
     print(f"\ndrains running: {drains}", file=out)
     for name, state in paused.items():
-        print(f"queue {name!r} is PAUSED (for {output.age(state['paused_seconds'])}; "
-              f"`pgdrain resume {name}`)", file=out)
+        print(f"queue {output.quoted(name)} is PAUSED (for "
+              f"{output.age(state['paused_seconds'])}; {_resume_hint(name)})", file=out)
     for name, cap in caps.items():
-        print(f"queue {name!r} is capped at {cap} running", file=out)
+        print(f"queue {output.quoted(name)} is capped at {cap} running", file=out)
     for name, rate in rates.items():
-        print(f"queue {name!r} is limited to {rate} starts", file=out)
+        print(f"queue {output.quoted(name)} is limited to {output.cell(rate)} starts", file=out)
     return 0
+
+
+def _resume_hint(name: str) -> str:
+    """How to resume queue ``name``: the command, its name quoted for the shell; or, for a
+    name shown escaped (no one could type it from what they see, and the command refuses
+    control characters), the API route with the name percent-encoded."""
+    if output.escape(name) != name:
+        from urllib.parse import quote
+
+        return f"POST /queues/{quote(name, safe='')}/resume"
+    import shlex
+
+    return f"`pgdrain resume {shlex.quote(name)}`"
 
 
 def list_jobs(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
@@ -162,8 +175,9 @@ def pause(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         print(output.to_json(state), file=out)
     else:
-        print(f"queue {args.queue!r} is paused (since {output.cell(state['paused_at'])} UTC): "
-              "no drain claims its jobs; it still accepts them, and running ones finish",
+        print(f"queue {output.quoted(args.queue)} is paused (since "
+              f"{output.cell(state['paused_at'])} UTC): no drain claims its jobs; it still "
+              "accepts them, and running ones finish",
               file=out)
     return 0
 
@@ -173,7 +187,7 @@ def resume(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
 
     state = resume_queue(conn, args.queue)
     print(output.to_json(state) if args.json else
-          f"queue {args.queue!r} runs: drains claim its jobs", file=out)
+          f"queue {output.quoted(args.queue)} runs: drains claim its jobs", file=out)
     return 0
 
 
@@ -217,7 +231,7 @@ def queue(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
         f"at most {state['max_running']} running across all drains"
     rate = "no rate limit" if state["rate"] is None else \
         f"at most {state['rate']} starts across all drains"
-    print(f"queue {args.queue!r}: {cap}; {rate}", file=out)
+    print(f"queue {output.quoted(args.queue)}: {cap}; {output.cell(rate)}", file=out)
     return 0
 
 

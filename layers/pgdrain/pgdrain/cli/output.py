@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
@@ -11,13 +11,42 @@ from typing import Any
 Column = tuple[str, str]
 """(the row's key, the header)."""
 
-# Control characters (a newline, an escape sequence) in a job's text would break the table or
-# rewrite the operator's terminal: they are shown escaped.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Any API caller can put text in the database (a queue, a job type, a tenant, an error): a
+# control character in it (ESC, CR, BEL, a C1 CSI) would break the table or rewrite the
+# operator's terminal, a format character (U+202E) show the text reversed, a line separator
+# break the line, a lone surrogate fail the print. All are shown escaped, as repr() writes
+# them; everything the CLI prints from the database or from a user goes through ``escape``.
+_ESCAPED = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+
+
+def escape(text: str) -> str:
+    """``text`` with its control, format and separator characters escaped (``\\x1b``,
+    ``\\u202e``)."""
+    if text.isprintable():  # most text, at C speed
+        return text
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in _ESCAPED else c for c in text)
+
+
+def escape_json(text: str) -> str:
+    """JSON text with the characters ``escape`` escapes written as JSON ``\\u`` escapes
+    (which stand only inside strings, where they mean the same text), but its newlines
+    (the layout's: json.dumps writes a newline in a string as ``\\n``)."""
+    if text.isprintable():
+        return text
+    return "".join(json.dumps(c)[1:-1] if c != "\n" and unicodedata.category(c) in _ESCAPED
+                   else c for c in text)
+
+
+def quoted(value: Any) -> str:
+    """A name in a sentence: ``'emails'``, escaped."""
+    return f"'{cell(value)}'"
 
 
 def to_json(value: Any) -> str:
-    return json.dumps(value, default=_json_value, indent=2, sort_keys=True, ensure_ascii=False)
+    """JSON for scripts. json.dumps escapes C0 controls but not DEL, C1 or U+202E (with
+    ensure_ascii off, kept so that names stay readable): ``escape_json`` does."""
+    return escape_json(json.dumps(value, default=_json_value, indent=2, sort_keys=True,
+                                  ensure_ascii=False))
 
 
 def _json_value(value: Any) -> Any:
@@ -35,7 +64,7 @@ def cell(value: Any) -> str:
         return value.strftime("%Y-%m-%d %H:%M:%S")
     if isinstance(value, float):
         return f"{value:.1f}"
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value))
+    return escape(str(value))
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,

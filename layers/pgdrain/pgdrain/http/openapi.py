@@ -505,7 +505,9 @@ _DRAIN_NOW: dict[str, Any] = {
 
 _QUEUE_PARAMETER: dict[str, Any] = {
     "name": "queue", "in": "path", "required": True,
-    "description": "A queue's name (the jobs' `queue`).",
+    "description": "A queue's name (the jobs' `queue`), percent-encoded: any name a job "
+                   "can have (`a%2Fb` is `a/b`). One no job can have (a NUL, text that is "
+                   "not valid UTF-8) answers 422.",
     "schema": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT}}
 _QUEUE_STATE = {"description": "The queue's state.", "content": {"application/json": {
     "schema": {"type": "object", "required": ["queue", "paused", "paused_at"],
@@ -576,11 +578,11 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
         "description": "A concurrency cap and a rate limit, enforced in the claim itself "
                        "across all drains: never more than `max_running` jobs of the queue "
                        "running at once, never more than `rate` starts (`N/period`: `10/s`, "
-                       "`100/min`, `5/h`, `1000/day`, `3/10s`; N from 1 to 10,000) in any "
-                       "such window. Jobs over them stay pending, uncharged. Give either or "
-                       "both; one not given stays; null lifts it. A cap below what runs now "
-                       "lets those finish. A bad value (`0/min`, a cap of 0): 422, nothing "
-                       "changed.",
+                       "`100/min`, `5/h`, `1000/day`, `3/10s`; N from 1 to 10,000, the period "
+                       "from a second to a day) in any such window. Jobs over them stay "
+                       "pending, uncharged. Give either or both; one not given stays; null "
+                       "lifts it. A cap below what runs now lets those finish. A bad value "
+                       "(`0/min`, `1/0.5s`, a cap of 0): 422, nothing changed.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "additionalProperties": False, "minProperties": 1,
             "properties": {"max_running": {"anyOf": [
@@ -590,7 +592,7 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
                                     "examples": ["10/s", "100/min"]},
                                    {"type": "null"}]}}}}}},
         "responses": {"200": _QUEUE_STATE, "400": _ref_response("BadRequest"),
-                      **_QUEUE_REFUSALS},
+                      "415": _ref_response("UnsupportedMediaType"), **_QUEUE_REFUSALS},
     },
     "pauseQueue": {
         "description": "No claim that starts after this answer takes the queue's jobs; the "

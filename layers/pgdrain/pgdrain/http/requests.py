@@ -76,18 +76,7 @@ def parse_enqueue(
     ``Idempotency-Key`` header is the single job's ``dedupe_key``; in a batch, item ``i``
     without a key of its own gets ``<key>:<i>``, so a repeated batch request is idempotent too.
     """
-    # No Content-Type at all (what `sam local generate-event` and several HTTP clients send)
-    # is read as JSON; only a different declared type or charset is refused.
-    media_type, _, parameters = (content_type or "application/json").partition(";")
-    if media_type.strip().lower() != "application/json":
-        raise ApiError(415, "Content-Type must be application/json",
-                       {"content_type": (content_type or "")[:100]})
-    charset = _charset(parameters)
-    if charset is not None and charset not in ("utf-8", "utf8"):
-        # Read as UTF-8 anyway, a UTF-16 or Latin-1 body would be stored as something else.
-        raise ApiError(415, "the body must be UTF-8 JSON (Content-Type: application/json; "
-                            f"charset=utf-8), not charset={charset[:40]}",
-                       {"content_type": (content_type or "")[:100]})
+    json_content_type(content_type)
     document = _decode(body, base64_encoded)
     if not isinstance(document, dict):
         raise ApiError(422, "the body must be a JSON object: one job, or {\"jobs\": [...]}")
@@ -109,13 +98,32 @@ def parse_enqueue(
     return EnqueueRequest([_job(document, None, key, registry, limits)], batch=False)
 
 
+def json_content_type(content_type: str | None) -> None:
+    """Raise ApiError 415 unless a request body's ``Content-Type`` is JSON in UTF-8: the one
+    check of every route that reads a body."""
+    # No Content-Type at all (what `sam local generate-event` and several HTTP clients send)
+    # is read as JSON; only a different declared type or charset is refused.
+    media_type, _, parameters = (content_type or "application/json").partition(";")
+    if media_type.strip().lower() != "application/json":
+        raise ApiError(415, "Content-Type must be application/json",
+                       {"content_type": (content_type or "")[:100]})
+    charset = _charset(parameters)
+    if charset is not None and charset not in ("utf-8", "utf8"):
+        # Read as UTF-8 anyway, a UTF-16 or Latin-1 body would be stored as something else.
+        raise ApiError(415, "the body must be UTF-8 JSON (Content-Type: application/json; "
+                            f"charset=utf-8), not charset={charset[:40]}",
+                       {"content_type": (content_type or "")[:100]})
+
+
 QUEUE_SETTINGS = ("max_running", "rate")
 
 
-def parse_queue_settings(body: str | None, *, base64_encoded: bool = False) -> dict[str, Any]:
+def parse_queue_settings(body: str | None, *, base64_encoded: bool = False,
+                         content_type: str | None = None) -> dict[str, Any]:
     """Validate a ``PUT /queues/{queue}`` body, ``{"max_running": N or null, "rate":
-    "10/s" or null}`` (either or both; one not given stays); raise ApiError (400 or 422) if
-    it is not one. The values' ranges are the control's to check."""
+    "10/s" or null}`` (either or both; one not given stays); raise ApiError (400, 415 or
+    422) if it is not one. The values' ranges are the control's to check."""
+    json_content_type(content_type)
     document = _decode(body, base64_encoded)
     if not isinstance(document, dict):
         raise ApiError(422, 'the body must be a JSON object: {"max_running": N or null, '

@@ -92,7 +92,8 @@ class EnqueueApi:
             return self.cancel_job(request.path_params["id"])
         if operation_id == "setQueue":
             return self.set_queue(request.path_params["queue"], request.body,
-                                  base64_encoded=request.base64_encoded)
+                                  base64_encoded=request.base64_encoded,
+                                  content_type=request.headers.get("content-type"))
         if operation_id in ("pauseQueue", "resumeQueue"):
             return self.set_paused(request.path_params["queue"],
                                    paused=operation_id == "pauseQueue")
@@ -174,13 +175,15 @@ class EnqueueApi:
                         log=LogLine("info", "pause" if paused else "resume",
                                     {"queue": queue}))
 
-    def set_queue(self, queue: str, body: str | None, *, base64_encoded: bool) -> Response:
+    def set_queue(self, queue: str, body: str | None, *, base64_encoded: bool,
+                  content_type: str | None = None) -> Response:
         """``PUT /queues/{queue}`` with ``{"max_running": N, "rate": "10/s"}`` (either; null
         lifts it): 200 with the queue's state; 404 for an unknown queue; 400/422 for a body
-        that is not one."""
+        that is not one, 415 for one declared other than JSON (as ``POST /jobs``)."""
         from ..control import set_queue
 
-        settings = parse_queue_settings(body, base64_encoded=base64_encoded)
+        settings = parse_queue_settings(body, base64_encoded=base64_encoded,
+                                        content_type=content_type)
         state = _queue_change(queue, lambda: set_queue(
             self.session(), queue, **settings))
         return Response(200, job_view(state), metrics={"QueueSettingsChanged": 1},
@@ -231,13 +234,12 @@ def refused(error: ApiError) -> Response:
 
 
 def no_route(method: str, path: str, function: str = "enqueue") -> Response:
-    """An unknown path (404), a known path with another method (405 and ``Allow``), or the
-    right method on a path whose id no route accepts (400: the id is what is wrong)."""
+    """An unknown path (404), or a known path with another method (405 and ``Allow``).
+
+    A path that ``routes.match`` finds is served, whatever its parameters hold: the route
+    checks them (a job id answers 400, a queue name 422), so this never guesses which
+    parameter was wrong."""
     allowed = allowed_methods(path, function)
-    if method in allowed:
-        segment = path.rstrip("/").split("/")[2] if path.count("/") >= 2 else ""
-        return Response(400, {"error": BAD_ID, "details": {"id": segment[:64]}},
-                        metrics={"RequestsRefused": 1})
     if allowed:
         return Response(405, {"error": f"{method} is not allowed on {path}",
                                "details": {"allow": ", ".join(allowed)}},
