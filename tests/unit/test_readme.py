@@ -21,3 +21,13 @@ def test_settings_table_is_the_one_the_code_generates():
     assert markdown_table() in README
     rows = re.findall(r"^\| `([A-Z_]+)` \|", README, re.MULTILINE)
     assert sorted(rows) == sorted(s.name for s in SETTINGS)
+
+
+def test_the_payload_limit_is_pgdrains_own_not_sqss():
+    # SQS takes 1 MiB since 2025: the default is pgdrain's choice, and the README says so.
+    from pgdrain.settings import DEFAULT_MAX_PAYLOAD_BYTES
+
+    text = " ".join(README.split())
+    assert DEFAULT_MAX_PAYLOAD_BYTES == 256 * 1024
+    assert "(256 KiB by default: pgdrain's own limit, not SQS's, which is 1 MiB)" in text
+    assert "like SQS)" not in text

@@ -43,6 +43,8 @@ SAFETY_MARGIN_SHARE = 0.1
 DEFAULT_JOB_TIMEOUT_SECONDS = 30.0
 DEFAULT_RESULT_MAX_BYTES = 65_536
 DEFAULT_SECRET_MAX_AGE_SECONDS = 300
+# pgdrain's own cap, not SQS's (1 MiB): one claim brings a whole batch's payloads into a
+# drain's memory at once (100 jobs of 256 KiB are 25 MiB).
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 DEFAULT_MAX_BATCH = 500
 DEFAULT_DOORBELL_WINDOW_SECONDS = 1.0
