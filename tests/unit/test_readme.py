@@ -31,3 +31,29 @@ def test_the_payload_limit_is_pgdrains_own_not_sqss():
     assert DEFAULT_MAX_PAYLOAD_BYTES == 256 * 1024
     assert "(256 KiB by default: pgdrain's own limit, not SQS's, which is 1 MiB)" in text
     assert "like SQS)" not in text
+
+
+def _operations_rows() -> dict[str, str]:
+    table = README.split("## Operations", 1)[1].split("\n\n", 2)[1]
+    return {m[1]: line for line in table.splitlines()
+            for m in re.finditer(r"`pgdrain\.(\w+)\(", line.split(" | ")[0])}
+
+
+def test_the_operations_table_names_real_keywords_and_all_the_janitor_does():
+    import inspect
+
+    import pgdrain
+
+    rows = _operations_rows()
+    for name, row in rows.items():
+        call = re.search(rf"`pgdrain\.{name}\(([^`]*)\)`", row)
+        assert call is not None
+        parameters = inspect.signature(getattr(pgdrain, name)).parameters
+        options = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        for keyword in re.findall(r"(\w+)=", call[1]):
+            assert keyword in parameters or options, (name, keyword)
+    assert 'rate="10/s"' in rows["set_queue"]
+    janitor = rows["run_janitor"]
+    for what in ("expired leases", "expires_at", "PGDRAIN_RETENTION_SECONDS",
+                 "PGDRAIN_FAILED_RETENTION_SECONDS", "on_failed", "ran=False"):
+        assert what in janitor, what
