@@ -57,3 +57,14 @@ def test_the_operations_table_names_real_keywords_and_all_the_janitor_does():
     for what in ("expired leases", "expires_at", "PGDRAIN_RETENTION_SECONDS",
                  "PGDRAIN_FAILED_RETENTION_SECONDS", "on_failed", "ran=False"):
         assert what in janitor, what
+
+
+def test_the_lifecycle_diagram_has_every_status_and_way_out():
+    from pgdrain.models import Status
+
+    diagram = README.split("Job lifecycle", 1)[1].split("```")[1]
+    for status in Status:
+        assert status.value in diagram, status
+    # pending -> cancelled, running -> cancelled (a cancel request), pending -> failed (expiry)
+    for way in ("cancel ─▶ cancelled", "cancel requested", "expires_at", "requeue", "fail"):
+        assert way in diagram, way
