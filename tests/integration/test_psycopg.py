@@ -13,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pgdrain
+from pgdrain import store
 from pgdrain.db import parse_database_url, sqlstate
+from pgdrain.hooks import HOOK_JOB_TYPE
 from tests.reliability.test_text_roundtrip import FUZZ, TRICKY, _expected, _stored, _valid, jobs
 
 psycopg = pytest.importorskip("psycopg")
@@ -126,6 +128,22 @@ def test_cancel_get_job_and_requeue_in_the_callers_transaction(app, conn, sql):
     assert pgdrain.get_job(app, pending)["status"] == "cancelled"  # type: ignore[index]
     assert pgdrain.get_job(app, 10**9) is None
     app.commit()
+
+
+def test_a_failure_written_on_psycopg_enqueues_its_hook_in_the_same_transaction(app, conn,
+                                                                               sql):
+    store.declare_hooked_types(conn, ["sync-crm"])  # as a drain with the hook does
+    job_id = pgdrain.enqueue(conn, "sync-crm").id
+    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    assert pgdrain.fail(app, job, "gave up")
+    app.rollback()
+    assert sql("SELECT job_type, status FROM jobs ORDER BY id") == [
+        {"job_type": "sync-crm", "status": "running"}]
+    assert pgdrain.fail(app, job, "gave up")
+    app.commit()
+    assert sql("SELECT job_type, status, payload->>'job_id' AS of FROM jobs ORDER BY id") == [
+        {"job_type": "sync-crm", "status": "failed", "of": None},
+        {"job_type": HOOK_JOB_TYPE, "status": "pending", "of": str(job_id)}]
 
 
 def test_a_server_error_on_psycopg_has_its_sqlstate(app):
