@@ -153,7 +153,7 @@ def test_janitor_reclaims_an_expired_lease(database_url, conn, sql):
     result = pgdrain_cli(database_url, "janitor")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"ran": True, "reclaimed": 1, "refunded": 1, "failed": 0,
-                                         "purged": 0}
+                                         "expired": 0, "purged": 0}
     # Its start was never recorded: back to pending with the attempt given back.
     [row] = sql("SELECT status, attempts, lost_claims, last_error FROM jobs WHERE id = :id",
                 id=job_id)

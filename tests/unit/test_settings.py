@@ -90,3 +90,17 @@ def test_the_safety_margin_scales_with_the_time_an_invocation_has(time_left, mar
 def test_an_explicit_safety_margin_wins():
     settings = Settings.from_env({"PGDRAIN_SAFETY_MARGIN_SECONDS": "5"})
     assert settings.margin_for(3) == settings.margin_for(900) == 5
+
+
+def test_the_root_cert_setting_says_what_an_unset_one_does():
+    # Unset, db.ssl_context_for verifies an RDS host against the shipped bundle, any other
+    # against the system's CAs: the generated README table must say both, not "system CAs".
+    from pgdrain.db import RDS_CA_BUNDLE, ConnectParams, ssl_context_for
+
+    rds = ssl_context_for(ConnectParams(user="u", database="d", sslmode="verify-full",
+                                        host="db.c9akciq32.eu-west-1.rds.amazonaws.com"))
+    bundled = RDS_CA_BUNDLE.read_text().count("BEGIN CERTIFICATE")
+    assert rds.cert_store_stats()["x509_ca"] == bundled
+    setting = next(s for s in SETTINGS if s.name == "DB_SSL_ROOT_CERT")
+    assert "RDS bundle for RDS hosts" in setting.shown and "system" in setting.shown
+    assert "rds-ca-bundle.pem" in setting.doc and "truststore" not in setting.doc

@@ -180,3 +180,15 @@ def test_least_privilege(function):
     [connect] = by_action.pop("rds-db:connect")
     assert connect.endswith('dbuser:${DatabaseResourceId}/${DatabaseUser}"}')
     assert by_action == {}  # nothing else, and no "*" resources
+
+
+def test_the_tls_parameters_agree_with_the_code():
+    # An empty DatabaseSslRootCert verifies RDS hosts against the bundle the layer ships
+    # (db.ssl_context_for), so no mode "needs DatabaseSslRootCert on RDS".
+    parameters = TEMPLATE["Parameters"]
+    mode, root = (" ".join(parameters[p]["Description"].split())
+                  for p in ("DatabaseSslMode", "DatabaseSslRootCert"))
+    assert "needs DatabaseSslRootCert" not in mode
+    for description in (mode, root):
+        assert "RDS CA bundle the layer ships" in description
+        assert "RDS Proxy" in description and "system's CAs" in description

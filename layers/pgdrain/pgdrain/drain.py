@@ -19,6 +19,7 @@ import logging
 import math
 import queue
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -227,6 +228,13 @@ class Launcher(Protocol):
         """Start ``count`` drains; returns how many were started."""
 
 
+# The hooked types each connector (one per warm container) has recorded in
+# pgdrain_hooked_types, so that processes without the job modules (the CLI's janitor) hook
+# their failures too: one statement per cold start, not one per invocation.
+_HOOKS_DECLARED: weakref.WeakKeyDictionary[Connector, tuple[str, ...]] = \
+    weakref.WeakKeyDictionary()
+
+
 class PostgresStore:
     """The drain's store on PostgreSQL: the catalogue's statements on a ``Connector``."""
 
@@ -257,6 +265,10 @@ class PostgresStore:
         return self.connector.session()
 
     def janitor(self, settings: Settings, registry: Registry) -> JanitorResult:
+        # Before the janitor, which may fail a hooked job itself; once per warm connector.
+        if self.hooked and _HOOKS_DECLARED.get(self.connector) != self.hooked:
+            pgstore.declare_hooked_types(self.session(), self.hooked)
+            _HOOKS_DECLARED[self.connector] = self.hooked
         return run_janitor(self.session(), settings, registry)
 
     def vacuum_if_due(self, settings: Settings) -> bool:

@@ -1,10 +1,13 @@
 """Dead-letter hooks: ``@pgdrain.job(..., on_failed=fn)``.
 
 Every write that ends a job ``failed`` (the drain's finishing write, the janitor's after a lost
-lease, expiry) also inserts, for a type with a hook, a job of type ``pgdrain.on-failed`` naming
-it, in the same transaction: once per failure, never lost and never doubled. The drain
-runs that job like any other, with the handler installed here, which calls the hook with the
-failed job and its last error; a hook that raises is retried with backoff.
+lease, expiry, ``pgdrain.fail``) also inserts, for a type with a hook, a job of type
+``pgdrain.on-failed`` naming it, in the same transaction: once per failure, never lost and never
+doubled. Which types have a hook is read in SQL from ``pgdrain_hooked_types``, where each drain
+records its own (``store.declare_hooked_types``), so a process without the job modules (the
+CLI's ``pgdrain janitor``) hooks its failures as a drain does. A drain runs that job like any
+other, with the handler installed here, which calls the hook with the failed job and its last
+error; a hook that raises is retried with backoff.
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ SAFETY_MARGIN_SHARE = 0.1
 DEFAULT_JOB_TIMEOUT_SECONDS = 30.0
 DEFAULT_RESULT_MAX_BYTES = 65_536
 DEFAULT_SECRET_MAX_AGE_SECONDS = 300
+# pgdrain's own cap, not SQS's (1 MiB): one claim brings a whole batch's payloads into a
+# drain's memory at once (100 jobs of 256 KiB are 25 MiB).
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 DEFAULT_MAX_BATCH = 500
 DEFAULT_DOORBELL_WINDOW_SECONDS = 1.0
@@ -157,8 +159,11 @@ SETTINGS: tuple[Setting, ...] = (
        "or verify-full (DATABASE_URL has its own sslmode=)", "database",
        "verify-full (disable for a socket)"),
     _s("DB_SSL_ROOT_CERT", text, None,
-       "CA bundle file that verifies the server; RDS needs its global bundle from "
-       "truststore.pki.rds.amazonaws.com", "database", "(system CAs)"),
+       "CA bundle file that verifies the server (verify-ca, verify-full) for DB_SECRET_ARN and "
+       "IAM connections (DATABASE_URL has its own sslrootcert=). Unset, an RDS, Aurora or RDS "
+       "Proxy host (*.<region>.rds.amazonaws.com) is verified against the RDS CA bundle the "
+       "layer ships (pgdrain/certs/rds-ca-bundle.pem), any other host against the system's CAs",
+       "database", "(the shipped RDS bundle for RDS hosts, else the system's CAs)"),
     _s("PGDRAIN_SECRET_MAX_AGE_SECONDS", integer(0), DEFAULT_SECRET_MAX_AGE_SECONDS,
        "How long a fetched DB_SECRET_ARN secret is reused; a rejected password refetches it "
        "at once", "database"),

@@ -321,8 +321,9 @@ def decode_json(text: str | None) -> tuple[Any, str | None]:
 def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] = ()
                 ) -> Written:
     """Write how claims ended, in one statement; ``stale`` lists those whose claim was lost.
-    A job of a type in ``hooked`` that ends failed gets its on_failed hook's job, inserted in
-    the same transaction (pgdrain.hooks)."""
+    A job that ends failed gets its on_failed hook's job, inserted in the same transaction,
+    when a drain declared a hook for its type (``declare_hooked_types``) or its type is in
+    ``hooked``: whichever process fails it (pgdrain.hooks)."""
     if not finishes:
         return Written()
     if all(f.outcome is Outcome.DONE and f.result is None and f.error is None
@@ -336,7 +337,7 @@ def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] 
               "delays": [f.delay_seconds for f in finishes],
               "errors": [None if f.error is None else error_text(f.error) for f in finishes],
               "results": [f.result for f in finishes]}
-    if not hooked or not any(f.outcome is Outcome.FAIL for f in finishes):
+    if not any(f.outcome is Outcome.FAIL for f in finishes):
         return _written([f.id for f in finishes], session.rows("job_finish_batch", **params))
 
     def write() -> list[dict[str, Any]]:
@@ -344,7 +345,9 @@ def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] 
         insert_hooks(session, [r for r in rows if r["status"] == "failed"], hooked)
         return rows
 
-    # A failure of a hooked type: its hook's job commits with it, or neither does.
+    # A failure: the statement says whether its type is hooked, and the hook's job must commit
+    # with it or neither does, so a batch with a failure (never the common case) costs a
+    # transaction even when no hook is declared.
     if session.autocommitting():
         with session.transaction():
             rows = write()
@@ -353,16 +356,25 @@ def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] 
     return _written([f.id for f in finishes], rows)
 
 
-def insert_hooks(conn: Any, failed: Sequence[dict[str, Any]], hooked: Sequence[str]) -> None:
-    """Enqueue the dead-letter hooks of ``failed`` jobs (``id``, ``job_type``, ``queue`` and
-    ``last_error`` or ``error``) whose type is in ``hooked``; run it in the transaction that
-    failed them."""
-    rows = [r for r in failed if r["job_type"] in hooked]
+def insert_hooks(conn: Any, failed: Sequence[dict[str, Any]], hooked: Sequence[str] = ()
+                 ) -> None:
+    """Enqueue the dead-letter hooks of ``failed`` jobs (``id``, ``job_type``, ``queue``,
+    ``last_error`` or ``error``, and ``hooked`` as the failing statement read it from
+    pgdrain_hooked_types) whose type is hooked there or in ``hooked``; run it in the
+    transaction that failed them. No statement when none is (see job_hooks_insert)."""
+    rows = [r for r in failed if r.get("hooked") or r["job_type"] in hooked]
     if rows:
         as_session(conn).rows("job_hooks_insert", ids=[r["id"] for r in rows],
                               job_types=[r["job_type"] for r in rows],
                               queues=[r["queue"] for r in rows],
                               errors=[r.get("last_error", r.get("error")) for r in rows])
+
+
+def declare_hooked_types(conn: Any, job_types: Sequence[str]) -> None:
+    """Record the job types that have an on_failed hook in this process's code, so that any
+    process that fails their jobs enqueues the hook (a row already there is not written)."""
+    if job_types:
+        as_session(conn).rows("hooks_declare", job_types=sorted(set(job_types)))
 
 
 def sync_controls(conn: Any, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
@@ -437,8 +449,9 @@ def purge_dead(session: Session, *, retention_seconds: float, limit: int) -> int
 def expire_pending(session: Session, *, limit: int, hooked: Sequence[str] = ()
                    ) -> list[dict[str, Any]]:
     """End up to ``limit`` pending jobs past their ``expires_at``: failed, error ``expired``
-    (with their on_failed hook's job when their type is in ``hooked``; run it inside a
-    transaction). ``{"id", "job_type", "queue"}`` of each."""
+    (with their on_failed hook's job when their type is hooked: declared by a drain, or in
+    ``hooked``; run it inside a transaction). ``{"id", "job_type", "queue", "hooked"}`` of
+    each."""
     expired = session.rows("janitor_expire_batch", limit=limit)
     insert_hooks(session, [{**r, "error": "expired"} for r in expired], hooked)
     return expired

@@ -90,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     queue_set.add_argument("--json", action="store_true", help="print JSON, for scripts")
     command("schedules", "the periodic jobs the job modules (PGDRAIN_JOBS) declare: cron, "
                          "zone, last tick and job, next run; and entries removed since")
-    command("janitor", "reclaim expired leases and purge old finished jobs now")
+    command("janitor", "reclaim expired leases, end expired pending jobs and purge old "
+            "finished jobs now")
     top = commands.add_parser("top", help="the queue live: depth, age, rates, drains (Ctrl-C "
                                           "quits)")
     top.add_argument("--interval", type=arguments.interval, default=1.0, metavar="SECONDS",

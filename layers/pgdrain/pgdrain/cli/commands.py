@@ -242,7 +242,7 @@ def janitor(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     result = run_janitor(conn, Settings.from_env())
     print(output.to_json({"ran": result.ran, "reclaimed": result.reclaimed,
                           "refunded": result.refunded, "failed": result.failed,
-                          "purged": result.purged}), file=out)
+                          "expired": result.expired, "purged": result.purged}), file=out)
     return 0
 
 

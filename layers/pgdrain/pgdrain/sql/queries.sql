@@ -172,11 +172,21 @@ ON CONFLICT (job_type) DO UPDATE
 SET rate_limit = EXCLUDED.rate_limit, rate_period = EXCLUDED.rate_period, updated_at = now()
 WHERE (t.rate_limit, t.rate_period) IS DISTINCT FROM (EXCLUDED.rate_limit, EXCLUDED.rate_period)
 
+-- name: hooks_declare
+-- Record the job types this drain's code gives an on_failed hook (@pgdrain.job(...,
+-- on_failed=)), so that every process that fails one of their jobs, the CLI's janitor too,
+-- enqueues its hook (job_finish_batch and janitor_expire_batch read the table); a row already
+-- there is not written. Run once per cold start, and only when some type has a hook.
+INSERT INTO pgdrain_hooked_types (job_type)
+SELECT * FROM unnest(:job_types::text[])
+ORDER BY 1
+ON CONFLICT (job_type) DO NOTHING
+
 -- name: janitor_expire_batch
 -- End up to :limit pending jobs whose expires_at has passed (due or not): failed, with the
 -- error `expired` in last_error and errors, never started. Through jobs_expiring_idx, so a
 -- queue without expiring jobs costs an empty index probe. Returns what ended, for the logs
--- and the dead-letter hooks.
+-- and the dead-letter hooks (hooked: a drain declared a hook for its type, hooks_declare).
 UPDATE jobs AS j
 SET status      = 'failed',
     finished_at = now(),
@@ -192,7 +202,8 @@ WHERE j.id = ANY(ARRAY(
     LIMIT :limit::int
     FOR UPDATE SKIP LOCKED
 ))
-RETURNING j.id, j.job_type, j.queue
+RETURNING j.id, j.job_type, j.queue,
+          EXISTS (SELECT FROM pgdrain_hooked_types AS h WHERE h.job_type = j.job_type) AS hooked
 
 -- name: janitor_select_expired
 -- Running jobs whose lease ran out, oldest first, locked so that two janitors never decide
@@ -701,7 +712,9 @@ RETURNING id, dedupe_key, run_at <= now() AS due
 -- while it ran (cancel_requested_at, job_cancel) ends cancelled instead of going back to
 -- pending; done and failed stay what they are. done stores the handler's result (JSON text,
 -- or NULL), and with an error (why the result could not be stored) keeps it in last_error.
--- Returns what a dead-letter hook needs of each (job_hooks_insert).
+-- Returns what a dead-letter hook needs of each (job_hooks_insert), and for a job that ended
+-- failed whether a drain declared a hook for its type (hooks_declare): the caller then inserts
+-- the hook's job in the same transaction, whichever process it is.
 UPDATE jobs AS j
 SET status           = CASE WHEN f.outcome = 'done' THEN 'done'
                             WHEN f.outcome = 'fail' THEN 'failed'
@@ -735,7 +748,10 @@ FROM unnest(:ids::bigint[], :tokens::uuid[], :outcomes::text[], :delays::float8[
 WHERE j.id = f.id
   AND j.status = 'running'
   AND j.lease_token = f.lease_token
-RETURNING j.id, j.job_type, j.queue, j.status, j.last_error
+RETURNING j.id, j.job_type, j.queue, j.status, j.last_error,
+          CASE WHEN j.status = 'failed'
+               THEN EXISTS (SELECT FROM pgdrain_hooked_types AS h WHERE h.job_type = j.job_type)
+               ELSE false END AS hooked
 
 -- name: job_get
 -- One job by id, with its lease and error history. The JSON columns come back as text, for
@@ -756,8 +772,9 @@ WHERE dedupe_key = ANY(:dedupe_keys::text[]) AND status IN ('pending', 'running'
 
 -- name: job_hooks_insert
 -- Dead-letter hooks' jobs (on_failed): one pgdrain.on-failed job per job that just ended
--- failed, in the transaction that failed it (so once per failure). A role without INSERT on
--- jobs never runs this unless hooks are declared.
+-- failed, in the transaction that failed it (so once per failure). A separate statement, run
+-- only when a job of a hooked type failed: a role without INSERT on jobs never runs it while
+-- no hook is declared.
 INSERT INTO jobs (job_type, payload, queue)
 SELECT 'pgdrain.on-failed',
        jsonb_build_object('job_id', h.id, 'job_type', h.job_type, 'error', h.error), h.queue
