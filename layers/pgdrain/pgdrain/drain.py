@@ -294,10 +294,10 @@ class PostgresStore:
         self.pool.give_back(session, broken=broken)
 
     def take_slot(self, slots: int) -> int | None:
-        slot = pgstore.take_drain_slot(self.session(), slots)
-        if slot is not None:
-            pgstore.drain_started(self.session())
-        return slot
+        # Answer the rings first, then try: a drain that finds every slot taken has answered
+        # too, for the drains holding them, which look for due work once more (aws.doorbell).
+        pgstore.drain_started(self.session())
+        return pgstore.take_drain_slot(self.session(), slots)
 
     def give_back_slot(self, slot: int) -> None:
         pgstore.give_back_drain_slot(self.session(), slot)

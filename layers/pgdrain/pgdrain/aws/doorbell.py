@@ -11,9 +11,15 @@ the database (``doorbell_state``), not in one container's memory:
 - a drain holds a slot (PGDRAIN_MAX_DRAINS): it will see the job. It claims again until the
   queue is empty, and after giving its slot back it looks for due work once more and starts
   a drain if there is any; the job committed before this check, so before that last look;
-- a ring younger than the window is on its way and no drain has taken a slot since (the
-  drain stamps ``drain_started_at`` when it does): that drain has not claimed yet, and will
-  see the job. The ring is stamped before the invoke, so a drain's stamp is always later.
+- a ring younger than the window is on its way and no drain has taken a slot since (a drain
+  answers the rings, ``doorbell_drain_started``, before it tries for its slot): that drain
+  has not claimed yet, and will see the job. If it finds every slot taken, the drains
+  holding them held them after the job's commit, and will make their last look after it.
+  The ring is written before the invoke, so a drain's answer is always later.
+
+That state is one sequence (``pgdrain_doorbell_ring``, migration 0014): a ring sets it to its
+time, a drain to 0, with ``setval``, which is not transactional and waits on no row lock. No
+session's open transaction, an application's included, can hold up a drain's start or a ring.
 
 Otherwise it rings. The table stays the source of truth and the one-minute schedule the
 fallback: a ring that fails costs at most one window (the next enqueue rings again).
