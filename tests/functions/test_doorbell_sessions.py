@@ -282,6 +282,7 @@ def test_the_drivers_say_whether_a_transaction_is_open(database_url):
             assert in_transaction(app_conn) is False, driver
         finally:
             app_conn.close()
+        in_transaction(app_conn)  # closed: whatever it says, it does not raise
     native = connect(database_url)
     try:
         assert in_transaction(native) is False

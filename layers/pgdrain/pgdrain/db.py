@@ -420,10 +420,13 @@ def in_transaction(conn: Any) -> bool | None:
         # None until the first statement's reply (pg8000 clears it after the login): idle.
         status = conn._transaction_status
         return status is not None and status != IDLE
-    info = getattr(conn, "info", None)
-    code = getattr(info, "transaction_status", None)
-    if code is None and callable(getattr(conn, "get_transaction_status", None)):
-        code = conn.get_transaction_status()  # psycopg2 before 2.8, which has no conn.info
+    try:
+        info = getattr(conn, "info", None)
+        code = getattr(info, "transaction_status", None)
+        if code is None and callable(getattr(conn, "get_transaction_status", None)):
+            code = conn.get_transaction_status()  # psycopg2 before 2.8: no conn.info
+    except Exception:  # a driver of its own may raise for a broken connection: no answer
+        return None
     if isinstance(code, int):
         if code == _PQTRANS_IDLE:
             return False
