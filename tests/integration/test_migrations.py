@@ -99,3 +99,39 @@ def test_an_upgrade_grants_the_new_tables_to_the_roles_that_used_jobs(empty_data
             conn.run(f"DROP OWNED BY {role}")
             conn.run(f"DROP ROLE {role}")
         conn.close()
+
+
+def test_an_upgrade_grants_the_doorbell_sequence_to_the_roles_that_used_its_table(
+        empty_database_url):
+    """A role that rang and stamped through pgdrain_doorbell (0004's table) may read and
+    setval the sequence that holds the state from 0014 on; a role granted jobs alone is
+    granted nothing new on it."""
+    ringer, other = (f"pgdrain_upgrade_{uuid.uuid4().hex[:8]}" for _ in range(2))
+    conn = connect(empty_database_url)
+    try:
+        conn.run("CREATE TABLE pgdrain_migrations (version int PRIMARY KEY, name text NOT NULL, "
+                 "applied_at timestamptz NOT NULL DEFAULT now())")
+        for version, name, sql in (m for m in migrations() if m[0] <= 13):
+            conn.run(sql)
+            conn.run("INSERT INTO pgdrain_migrations (version, name) VALUES (:v, :n)",
+                     v=version, n=name)
+        for role in (ringer, other):
+            conn.run(f"CREATE ROLE {role}")
+            conn.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON jobs TO {role}")
+        conn.run(f"GRANT SELECT, UPDATE ON pgdrain_doorbell TO {ringer}")
+        assert migrate(conn)[0] == "0014_doorbell_sequence"
+        privileges = "SELECT has_sequence_privilege(:r, 'pgdrain_doorbell_ring', :p)"
+        assert conn.run(privileges, r=ringer, p="SELECT") == [[True]]
+        assert conn.run(privileges, r=ringer, p="UPDATE") == [[True]]
+        assert conn.run(privileges, r=other, p="UPDATE") == [[False]]
+        conn.run(f"SET ROLE {ringer}")
+        conn.run("SELECT setval('pgdrain_doorbell_ring', 0), last_value "
+                 "FROM pgdrain_doorbell_ring")
+        conn.run("RESET ROLE")
+    finally:
+        conn.run("RESET ROLE")
+        for role in (ringer, other):
+            if conn.run("SELECT 1 FROM pg_roles WHERE rolname = :r", r=role):
+                conn.run(f"DROP OWNED BY {role}")
+                conn.run(f"DROP ROLE {role}")
+        conn.close()

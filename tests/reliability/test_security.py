@@ -27,6 +27,7 @@ import pg8000.native
 import pytest
 
 import pgdrain
+from pgdrain import store
 from pgdrain.db import connect
 from pgdrain.migrate import migrate
 from pgdrain.sql import migrations
@@ -390,6 +391,16 @@ def test_documented_grants_run_every_path(layout, roles: Roles, load_function):
         else:
             urls = roles.url("enqueue"), roles.url("drain")
         happy_path(load_function, admin_sql, *urls)
+        # The doorbell (off in these functions: no DRAIN_FUNCTION_NAME): the enqueue side's
+        # ring reads and writes its state, a drain's start writes it.
+        ringer, drainer = connect(urls[0]), connect(urls[1])
+        try:
+            assert store.doorbell_state(ringer, window_seconds=1) == (0, False)
+            store.doorbell_rung(ringer)
+            store.drain_started(drainer)
+        finally:
+            ringer.close()
+            drainer.close()
         counts = dict(admin.run("SELECT status, count(*) FROM jobs GROUP BY status"))
         assert counts == {"done": 9, "failed": 2, "pending": 1}, counts
         # Nobody but the roles of the page connected: the statistics came from them too.
@@ -455,5 +466,7 @@ def test_documented_roles_are_the_ones_tested():
                                           "pgdrain_migrator"]
     text = "\n".join(sql for _, sql in blocks)
     assert "GRANT SELECT, INSERT, UPDATE, DELETE ON jobs TO pgdrain_app;" in text
-    assert "SEQUENCE" not in text.upper()  # identity inserts need no sequence grant
+    # Identity inserts need no sequence grant: the one sequence granted is the doorbell's.
+    assert set(re.findall(r"\bON SEQUENCE (\w+)", text)) == {"pgdrain_doorbell_ring"}
+    assert "jobs_id_seq" not in text and "ALL SEQUENCES" not in text.upper()
     assert "pgdrain_migrations" not in text  # the functions never touch it

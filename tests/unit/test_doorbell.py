@@ -77,3 +77,25 @@ def test_an_endpoint_that_never_answers_fails_the_ring_after_one_attempt(monkeyp
         monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", f"http://127.0.0.1:{port}")
         assert Doorbell("drain", client_factory=_lambda_client).ring() == "failed"
     assert len(accepted) == 1
+
+
+def test_a_connection_of_an_unknown_driver_is_not_asked(client, caplog):
+    # Whether it has a transaction open cannot be told, so the ring runs nothing on it (no
+    # statement that could open a transaction, or take a lock in the caller's), rings once
+    # per window, and says why, once.
+    lambda_client, stubber = client
+    stubber.add_response("invoke", {"StatusCode": 202})
+
+    class Unknown:
+        def cursor(self):
+            raise AssertionError("the ring ran a statement on a connection it cannot read")
+
+    bell = Doorbell("drain", window_seconds=60, client_factory=lambda: lambda_client)
+    with caplog.at_level("WARNING", logger="pgdrain.aws.doorbell"):
+        assert bell.ring(Unknown()) == "rung"
+        assert bell.ring(Unknown()) == "skipped"
+    assert [r.getMessage() for r in caplog.records if "cannot tell" in r.getMessage()] == [
+        "doorbell: cannot tell whether the Unknown given to ring(conn) has a transaction "
+        "open; it rings without asking the database (pass a pg8000, psycopg 3 or psycopg2 "
+        "connection, after the commit)"]
+    stubber.assert_no_pending_responses()

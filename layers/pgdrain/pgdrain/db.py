@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
 import pg8000.native
 from pg8000.converters import TIMESTAMPTZ, timestamptz_in
-from pg8000.core import IDLE
+from pg8000.core import IDLE, CoreConnection
 
 from .errors import ConfigError, DatabaseTimeout, DatabaseUnavailable, PgdrainError, QueryFailed
 from .sql import QUERIES, to_format
@@ -399,6 +399,49 @@ def _converted(query: str) -> tuple[str, Callable[[dict[str, Any]], tuple[Any, .
     converted: tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]] = \
         pg8000.native.to_statement(QUERIES[query])
     return converted
+
+
+# libpq's PQtransactionStatus, which psycopg 3 (``conn.info.transaction_status``) and psycopg2
+# (the same, and ``conn.get_transaction_status()``) report as they have it.
+_PQTRANS_IDLE, _PQTRANS_INTRANS, _PQTRANS_INERROR = 0, 2, 3
+
+
+def in_transaction(conn: Any) -> bool | None:
+    """Whether the caller's connection has a transaction open (or failed and not yet rolled
+    back): False when it is idle, None when its driver does not tell (a command is still in
+    progress, the connection is broken, or a driver pgdrain does not know).
+
+    Each driver says it its own way: pg8000 (native and DB-API) keeps the status byte of the
+    server's last ReadyForQuery; psycopg 3 and psycopg2 report libpq's status.
+    """
+    if isinstance(conn, Session):
+        conn = conn.conn
+    if isinstance(conn, CoreConnection):
+        # None until the first statement's reply (pg8000 clears it after the login): idle.
+        status = conn._transaction_status
+        return status is not None and status != IDLE
+    try:
+        info = getattr(conn, "info", None)
+        code = getattr(info, "transaction_status", None)
+        if code is None and callable(getattr(conn, "get_transaction_status", None)):
+            code = conn.get_transaction_status()  # psycopg2 before 2.8: no conn.info
+    except Exception:  # a driver of its own may raise for a broken connection: no answer
+        return None
+    if isinstance(code, int):
+        if code == _PQTRANS_IDLE:
+            return False
+        if code in (_PQTRANS_INTRANS, _PQTRANS_INERROR):
+            return True
+    return None
+
+
+def roll_back(conn: Any) -> None:
+    """End the transaction open on a connection, discarding it (DB-API: ``rollback()``)."""
+    session = as_session(conn)
+    if session.native:
+        session.rows("transaction_rollback")
+    else:
+        session.conn.rollback()
 
 
 def as_session(conn: Any) -> Session:

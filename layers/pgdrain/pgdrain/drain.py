@@ -332,10 +332,12 @@ class PostgresStore:
         self.pool.give_back(session, broken=broken)
 
     def take_slot(self, slots: int) -> int | None:
+        # Answer the rings first, then try: a drain that finds every slot taken has answered
+        # too, for the drains holding them, which look for due work once more (aws.doorbell).
+        pgstore.drain_started(self.session())
         slot = pgstore.take_drain_slot(self.session(), slots)
         if slot is not None:
             self.slot_generation = self.connector.generation
-            pgstore.drain_started(self.session())
         return slot
 
     def give_back_slot(self, slot: int) -> None:

@@ -736,9 +736,10 @@ def doorbell_state(conn: Any, *, window_seconds: float) -> tuple[int, bool]:
 
 
 def doorbell_rung(conn: Any) -> None:
+    """A ring is about to invoke the drain: rings until a drain answers it may be skipped."""
     as_session(conn).rows("doorbell_rung")
 
 
 def drain_started(conn: Any) -> None:
-    """A drain holds its slot: a ring before now has been answered."""
+    """A drain is about to try for a slot: every ring before now has been answered."""
     as_session(conn).rows("doorbell_drain_started")

@@ -11,9 +11,22 @@ the database (``doorbell_state``), not in one container's memory:
 - a drain holds a slot (PGDRAIN_MAX_DRAINS): it will see the job. It claims again until the
   queue is empty, and after giving its slot back it looks for due work once more and starts
   a drain if there is any; the job committed before this check, so before that last look;
-- a ring younger than the window is on its way and no drain has taken a slot since (the
-  drain stamps ``drain_started_at`` when it does): that drain has not claimed yet, and will
-  see the job. The ring is stamped before the invoke, so a drain's stamp is always later.
+- a ring younger than the window is on its way and no drain has taken a slot since (a drain
+  answers the rings, ``doorbell_drain_started``, before it tries for its slot): that drain
+  has not claimed yet, and will see the job. If it finds every slot taken, the drains
+  holding them held them after the job's commit, and will make their last look after it.
+  The ring is written before the invoke, so a drain's answer is always later.
+
+That state is one sequence (``pgdrain_doorbell_ring``, migration 0014): a ring sets it to its
+time, a drain to 0, with ``setval``, which is not transactional and waits on no row lock. No
+session's open transaction, an application's included, can hold up a drain's start or a ring.
+
+On a DB-API connection (pg8000.dbapi, psycopg 3, psycopg2) that is not in autocommit, the
+ring's statements open a transaction: the ring rolls it back (it wrote nothing the caller
+owns), so the connection is left idle, as it was found. Called with the caller's transaction
+still open (before the commit: a misuse, whose job a drain may look for before it commits),
+it does not ask the database at all, so it neither ends that transaction nor takes a lock in
+it, and warns once.
 
 Otherwise it rings. The table stays the source of truth and the one-minute schedule the
 fallback: a ring that fails costs at most one window (the next enqueue rings again).
@@ -27,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import store
+from ..db import in_transaction, roll_back
 from ..settings import DEFAULT_DOORBELL_WINDOW_SECONDS, read
 
 log = logging.getLogger(__name__)
@@ -49,6 +63,7 @@ class Doorbell:
         self._client: Any = None
         self._clock = clock
         self._last_ring: float | None = None
+        self._warned: set[str] = set()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Doorbell:
@@ -60,10 +75,11 @@ class Doorbell:
         """Invoke the drain asynchronously; returns ``rung``, ``skipped``, ``late``, ``off`` or
         ``failed``.
 
-        ``conn`` (pg8000, native or DB-API, outside a transaction: call this after the
-        commit) lets the database say whether a ring is needed (see the module docstring);
-        without it, this container rings at most once per window, which can leave a job to
-        the schedule when a drain was just finishing.
+        ``conn`` (pg8000, native or DB-API, psycopg 3 or psycopg2, with no transaction open:
+        call this after the commit) lets the database say whether a ring is needed (see the
+        module docstring), and is left as it was found. Without it, or with a transaction
+        still open on it, this container rings at most once per window, which can leave a job
+        to the schedule when a drain was just finishing.
 
         Never raises: a failed ring is logged and the caller's request still succeeds. With
         ``time_left`` (the caller's seconds until its deadline) shorter than the longest a
@@ -74,21 +90,59 @@ class Doorbell:
         if time_left is not None and time_left < LONGEST_RING_SECONDS:
             return "late"
         if conn is not None:
-            try:
-                drains, on_its_way = store.doorbell_state(conn,
-                                                          window_seconds=self.window_seconds)
-                if drains or on_its_way:
-                    return "skipped"
-                store.doorbell_rung(conn)
-            except Exception as exc:  # the database said nothing: ring, to be sure
-                log.warning("doorbell: could not read its state (%s: %s); ringing",
-                            type(exc).__name__, exc)
-            return self._invoke()
+            open_before = in_transaction(conn)
+            if open_before is False:
+                return self._invoke() if self._needed(conn) else "skipped"
+            self._warn_once("in transaction" if open_before else "unknown", conn)
         now = self._clock()
         if self._last_ring is not None and now - self._last_ring < self.window_seconds:
             return "skipped"
         self._last_ring = now
         return self._invoke()
+
+    def _needed(self, conn: Any) -> bool:
+        """Ask the database whether to ring, and stamp the ring if so, on an idle ``conn``;
+        leave it idle."""
+        try:
+            drains, on_its_way = store.doorbell_state(conn, window_seconds=self.window_seconds)
+            if drains or on_its_way:
+                return False
+            store.doorbell_rung(conn)
+        except Exception as exc:  # the database said nothing: ring, to be sure
+            log.warning("doorbell: could not read its state (%s: %s); ringing",
+                        type(exc).__name__, exc)
+        finally:
+            self._end_own_transaction(conn)
+        return True
+
+    @staticmethod
+    def _end_own_transaction(conn: Any) -> None:
+        # A DB-API connection outside autocommit began a transaction at the first statement
+        # (pg8000.dbapi, psycopg), which would stay open, holding its locks, until the
+        # application's next commit; a pooled idle connection may never have one. It holds
+        # only the ring's statements: roll it back (the ring's stamp is a setval, which a
+        # rollback keeps), also after a failed statement left it aborted.
+        try:
+            if in_transaction(conn):
+                roll_back(conn)
+        except Exception as exc:  # a broken connection: the caller will find out on its own
+            log.warning("doorbell: could not end the transaction its statements opened "
+                        "(%s: %s)", type(exc).__name__, exc)
+
+    def _warn_once(self, why: str, conn: Any) -> None:
+        if why in self._warned:
+            return
+        self._warned.add(why)
+        if why == "in transaction":
+            log.warning("doorbell: ring(conn) was called with a transaction open on conn; it "
+                        "belongs after the commit (a drain it starts may look before the job "
+                        "is committed). It rings without asking the database (at most once "
+                        "per window), and leaves that transaction alone")
+        else:
+            log.warning("doorbell: cannot tell whether the %s given to ring(conn) has a "
+                        "transaction open; it rings without asking the database (pass a "
+                        "pg8000, psycopg 3 or psycopg2 connection, after the commit)",
+                        type(conn).__name__)
 
     def _invoke(self) -> str:
         try:

@@ -34,15 +34,26 @@ SELECT set_config('statement_timeout', :statement_ms::int::text, false) AS state
 SELECT 1 AS alive
 
 -- name: doorbell_drain_started
-UPDATE pgdrain_doorbell SET drain_started_at = clock_timestamp()
+-- A drain is about to try for a slot: every ring written before now is answered (0). Written
+-- before the try, so that a drain that finds every slot taken answers too: the drains holding
+-- them then are still to make their last look, which will see the ringer's job. setval() is
+-- not transactional and waits on no row lock (migration 0014): no session's open transaction
+-- can hold a drain's start.
+SELECT setval('pgdrain_doorbell_ring', 0) AS answered
 
 -- name: doorbell_rung
-UPDATE pgdrain_doorbell SET rung_at = clock_timestamp()
+-- A ring is about to invoke the drain: its time, in epoch milliseconds of the database's
+-- clock, stays until a drain answers it. Not transactional and waits on no row lock, so a
+-- rollback of the ringer's transaction keeps it and no other session can hold it up.
+SELECT setval('pgdrain_doorbell_ring',
+              (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS rung_ms
 
 -- name: doorbell_state
 -- What a ringer needs after its commit: how many drains hold a slot (each looks for due work
 -- once more after giving its slot back), and whether a ring younger than :window_seconds is
--- still on its way (no drain has taken a slot since).
+-- still on its way (written, and no drain has tried for a slot since: the value is not 0).
+-- clock_timestamp(), the clock of the ring's own stamp (now() is when the transaction began).
+-- A ring "from the future" (the clock stepped back) is not counted: ringing is always safe.
 SELECT (SELECT count(*)::int
         FROM pg_locks
         WHERE locktype = 'advisory'
@@ -51,10 +62,12 @@ SELECT (SELECT count(*)::int
           AND granted
           AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
            AS drains,
-       coalesce(d.rung_at > coalesce(d.drain_started_at, '-infinity'::timestamptz)
-                AND d.rung_at > now() - make_interval(secs => :window_seconds::float8),
-                false) AS ring_on_its_way
-FROM pgdrain_doorbell AS d
+       (r.last_value > 0
+        AND r.age_ms >= 0
+        AND r.age_ms < :window_seconds::float8 * 1000) AS ring_on_its_way
+FROM (SELECT last_value,
+             (extract(epoch FROM clock_timestamp()) * 1000)::bigint - last_value AS age_ms
+      FROM pgdrain_doorbell_ring) AS r
 
 -- name: drain_slot_give_back
 SELECT pg_advisory_unlock(:lock_key::int, :slot::int) AS released
