@@ -178,12 +178,6 @@ class DrainStore(Protocol):
         """The plain claim (``fair``: from each tenant in turn), leaving rate-limited types
         and capped or rate-limited queues to ``claim_controlled``."""
 
-    def _declare_rates(self) -> None:
-        """Write this code's rated types to pgdrain_type_rates, once per connector."""
-        if not self.rates_declared:
-            pgstore.declare_type_rates(self.session(), self.type_rates)
-            self.rates_declared = True
-
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None: ...
 
     def claim_controlled(self, *, batch_size: int, lease_seconds: float,
