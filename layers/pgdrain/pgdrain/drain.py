@@ -1098,7 +1098,8 @@ class _Concurrent:
         d.started += 1
         d.pace.start()
         call = _transact if session is not None else _call_plain
-        task = Task(job, handler, timeout, started, call, self.outbox, must_end=must_end)
+        task = Task(job, handler, timeout, started, call, self.outbox, must_end=must_end,
+                    start_by=d.start_by.get(job.id))
         if session is not None:
             task.conn = session.conn
             task.transaction = _Transaction(session, job, d.done)
@@ -1129,6 +1130,9 @@ class _Concurrent:
         d = self.d
         if self.runaways.pop(id(task), None) is not None:
             return  # recorded as timed out already, its connection given back then
+        if task.late:  # it could not begin in time for its rate window: it never ran
+            self._never_began(task)
+            return
         transaction: _Transaction | None = task.transaction
         if transaction is not None:
             d.store.give_back(transaction.session,

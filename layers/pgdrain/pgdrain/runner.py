@@ -62,6 +62,12 @@ class Task:
     started, and if the drain gives it up first (``revoke``) it never runs."""
     revoked: bool = False
     """Given up before it began: it never runs (its job was handed back, uncharged)."""
+    start_by: float | None = None
+    """For a job claimed under a rate limit: the ``time.monotonic()`` after which it may no
+    longer begin (its start would not count in its claim's window: see flow.start_slack)."""
+    late: bool = False
+    """It did not begin by ``start_by``, and so never ran: back on the outbox, to be handed
+    back uncharged."""
     ended: float | None = None
     fired_at: float | None = None
     """When its time limit ran out (it may have ended since)."""
@@ -87,11 +93,16 @@ class Task:
         return self.ended is not None
 
     def begin(self) -> bool:
-        """Mark its call begun, unless it was revoked first (then it must not run)."""
+        """Mark its call begun, unless it was revoked first or is too late to begin (then it
+        must not run; a late one goes back on the outbox)."""
         with self.lock:
             if self.revoked:
                 return False
-            self.begun = time.monotonic()
+            now = time.monotonic()
+            if self.start_by is not None and now > self.start_by:
+                self.revoked = self.late = True
+                return False
+            self.begun = now
             return True
 
 
@@ -157,7 +168,9 @@ class Runner:
                     return
                 task.thread_id = ident
                 if not task.begin():
-                    continue  # given up before it began: the drain handed its job back
+                    if task.late:
+                        task.outbox.put(task)
+                    continue  # given up before it began: the drain hands its job back
                 try:
                     task.result = task.call(task)
                 except BaseException as exc:  # the job's failure, whatever it is
@@ -202,7 +215,9 @@ class Runner:
         import asyncio
 
         if not task.begin():
-            return  # given up while the loop was busy: the drain handed its job back
+            if task.late:
+                task.outbox.put(task)
+            return  # given up while the loop was busy: the drain hands its job back
         try:
             async with asyncio.timeout(task.timeout):
                 task.result = await task.handler.func(task.job)
