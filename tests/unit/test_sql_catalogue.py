@@ -73,6 +73,9 @@ def test_no_statement_leaves_session_state_behind():
     # Connector.open runs only with server_bounds (off behind a pooler); and the drain's
     # slot (PGDRAIN_MAX_DRAINS), a session-level advisory lock held for the whole drain and
     # released by it, or by the server when the connection dies. Behind RDS Proxy that pins
-    # the drain's connection, which a drain uses without pause anyway (docs/operations.md).
+    # the drain's connection, which a drain uses without pause anyway (docs/operations.md);
+    # while it holds one, an idle bound (idle_session_timeout) that giving it back lifts.
     assert offenders == {"connection_bound": "set_config",
-                         "drain_slot_take": "pg_try_advisory_lock"}
+                         "drain_slot_take": "set_config",
+                         "drain_slot_give_back": "set_config"}
+    assert "pg_try_advisory_lock" in QUERIES["drain_slot_take"]

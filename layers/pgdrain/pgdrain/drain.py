@@ -329,10 +329,15 @@ class PostgresStore:
         # Answer the rings first, then try: a drain that finds every slot taken has answered
         # too, for the drains holding them, which look for due work once more (aws.doorbell).
         pgstore.drain_started(self.session())
-        slot = pgstore.take_drain_slot(self.session(), slots)
+        slot = pgstore.take_drain_slot(self.session(), slots, idle_ms=self._idle_bound_ms())
         if slot is not None:
             self.slot_generation = self.connector.generation
         return slot
+
+    def _idle_bound_ms(self) -> int:
+        """The time this invocation has left: no drain idles longer holding its slot."""
+        deadline = self.session().deadline
+        return 0 if deadline is None else max(1, math.ceil((deadline - time.monotonic()) * 1000))
 
     def give_back_slot(self, slot: int) -> None:
         holder, self.slot_generation = self.slot_generation, None

@@ -691,9 +691,11 @@ DRAIN_SLOT_LOCK_KEY = 0x70676472
 """The first advisory-lock key of the drains' slots ("pgdr"); the second is the slot."""
 
 
-def take_drain_slot(conn: Any, slots: int) -> int | None:
-    """Hold one of ``slots`` drain slots for this session; None when all are taken."""
-    row = as_session(conn).one("drain_slot_take", slots=slots, lock_key=DRAIN_SLOT_LOCK_KEY)
+def take_drain_slot(conn: Any, slots: int, *, idle_ms: int = 0) -> int | None:
+    """Hold one of ``slots`` drain slots for this session; None when all are taken. With
+    ``idle_ms``, the server ends the session if it idles that long while holding it."""
+    row = as_session(conn).one("drain_slot_take", slots=slots, lock_key=DRAIN_SLOT_LOCK_KEY,
+                               idle_ms=idle_ms)
     return None if row is None else int(row["slot"])
 
 

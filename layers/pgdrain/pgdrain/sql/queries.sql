@@ -70,17 +70,29 @@ FROM (SELECT last_value,
       FROM pgdrain_doorbell_ring) AS r
 
 -- name: drain_slot_give_back
-SELECT pg_advisory_unlock(:lock_key::int, :slot::int) AS released
+-- Give the slot back, and with it the idle bound drain_slot_take set (a warm connection may
+-- idle between invocations).
+SELECT pg_advisory_unlock(:lock_key::int, :slot::int) AS released,
+       CASE WHEN current_setting('server_version_num')::int >= 140000
+            THEN set_config('idle_session_timeout', '0', false)
+       END AS idle_session_timeout
 
 -- name: drain_slot_take
 -- A running drain holds one of :slots session-level advisory locks (key :lock_key, slot):
 -- the first free one, or none (all taken: the drain returns at once). The set is scanned
 -- row by row and stops at the first lock it gets. A lock dies with its session, so a drain
--- that crashed frees its slot when its connection closes.
-SELECT slot
-FROM generate_series(0, :slots::int - 1) AS slot
-WHERE pg_try_advisory_lock(:lock_key::int, slot)
-LIMIT 1
+-- that crashed frees its slot when its connection closes. One cut off by a partition sends no
+-- FIN, and its server session would sit idle holding the slot for hours (until TCP keepalives
+-- give up): while it holds one, the session ends after :idle_ms idle (PostgreSQL 14+), the time
+-- its invocation had, so no drain holds a slot longer than its invocation could.
+SELECT s.slot,
+       CASE WHEN current_setting('server_version_num')::int >= 140000
+            THEN set_config('idle_session_timeout', :idle_ms::int::text, false)
+       END AS idle_session_timeout
+FROM (SELECT slot
+      FROM generate_series(0, :slots::int - 1) AS slot
+      WHERE pg_try_advisory_lock(:lock_key::int, slot)
+      LIMIT 1) AS s
 
 -- name: drain_slots_held
 -- The drain slots taken now, with the session holding each (for `pgdrain top`): pg_locks
