@@ -154,10 +154,10 @@ def test_one_slot_one_drain_when_transactional_jobs_time_out(drains, database_ur
     sampler = SlotSampler(database_url)
     sampler.start()
     try:
-        # Three warm containers racing for the one slot, each invocation capped at 8 jobs, so
+        # Three warm containers racing for the one slot, each invocation capped at 2 jobs, so
         # that the slot changes hands between invocations.
         group = drains(3, timeout=30, PGDRAIN_MAX_DRAINS="1", PGDRAIN_CONCURRENCY="1",
-                       PGDRAIN_MAX_JOBS="8",
+                       PGDRAIN_MAX_JOBS="2",
                        PGDRAIN_JOBS="tests.reliability.recording_jobs," + RUNAWAY_JOBS)
         group.wait_all(timeout=180)
     finally:
