@@ -64,7 +64,7 @@ def _jobs(sql, job_type: str) -> list[tuple[str, int]]:
 # --- item 5: a transactional runaway's pooled connection comes back ---------------------------
 
 def test_transactional_runaways_leave_the_warm_containers_pool_usable(
-        load_function, runaway_jobs, conn, sql):
+        load_function, runaway_jobs, conn, sql, figures):
     sql("CREATE TABLE tx_writes (job_id bigint PRIMARY KEY)")
     app = load_function("drain", PGDRAIN_CONCURRENCY="4", PGDRAIN_POOL_SIZE="2",
                         PGDRAIN_SAFETY_MARGIN_SECONDS="0.5")
@@ -96,6 +96,11 @@ def test_transactional_runaways_leave_the_warm_containers_pool_usable(
     assert [(hooked, "RuntimeError: failed for its hook")] == jobs.HOOKED
     assert sum(s["released"] for s in summaries) == 0, summaries
     assert [s["claimed"] for s in summaries][-1] == 0, summaries
+    figures("runaway-pool", concurrency=4, pool_size=2, runaways=2,
+            abandoned=first["abandoned"], later_invocations=len(summaries),
+            later_jobs=sum(s["claimed"] for s in summaries),
+            done=sum(s["done"] for s in summaries), failed=sum(s["failed"] for s in summaries),
+            released=0, lost=0)
 
 
 # --- item 6: one slot, one drain ---------------------------------------------------------------
@@ -285,7 +290,7 @@ def _wait_for_blocker(jobs, blocker: int) -> None:
 
 
 def test_a_blocked_loop_delays_the_other_async_jobs_but_never_charges_them(
-        load_function, runaway_jobs, conn, sql):
+        load_function, runaway_jobs, conn, sql, figures):
     summary, _, blocker, small, jobs = _blocked_loop(load_function, runaway_jobs, conn, 10)
     # They began once the loop was free (after 6 s), each then timed from its own start.
     assert _jobs(sql, "async-small") == [("done", 1)] * 4, summary
@@ -296,10 +301,12 @@ def test_a_blocked_loop_delays_the_other_async_jobs_but_never_charges_them(
     assert (summary["done"], summary["failed"], summary["released"], summary["abandoned"]) == (
         4, 1, 0, 0), summary
     assert sorted(i for i, _, _ in jobs.RAN) == sorted([blocker, *small])
+    figures("blocked-loop-10s", concurrency=5, blocker_sleep=6, blocker_limit=2, small=4,
+            small_done_on_attempt_1=4, blocker_charged=1, released=0, lost=0)
 
 
 def test_async_jobs_the_blocked_loop_never_began_go_back_uncharged_and_never_run(
-        load_function, runaway_jobs, conn, sql):
+        load_function, runaway_jobs, conn, sql, figures):
     # 4 s: the loop is still held when the invocation must end.
     summary, returned, blocker, _, jobs = _blocked_loop(load_function, runaway_jobs, conn, 4)
     assert (summary["released"], summary["failed"], summary["done"], summary["abandoned"]) == (
@@ -310,3 +317,6 @@ def test_async_jobs_the_blocked_loop_never_began_go_back_uncharged_and_never_run
     # None of them began, before the return or after it.
     assert [i for i, _, _ in jobs.RAN] == [blocker]
     assert not [t for _, _, t in jobs.RAN if t > returned]
+    figures("blocked-loop-4s", concurrency=5, blocker_sleep=6, blocker_limit=2, small=4,
+            released_uncharged=summary["released"], ran_after_return=0,
+            abandoned=summary["abandoned"], lost=0)
