@@ -839,7 +839,9 @@ class _Drain:
             transaction.run(lambda conn: self._call(handler, timeout, job, conn), timeout)
         except _StaleClaim:
             self._count(job, "stale", time.monotonic() - started, None)
-        except Exception as exc:  # HandlerTimeout too: the job's failure
+        # The job's failure. HandlerTimeout is a BaseException: unnamed, it would end the
+        # invocation instead (at PGDRAIN_CONCURRENCY=1, where SIGALRM raises it here).
+        except (Exception, HandlerTimeout) as exc:
             self._ended(job, handler, exc, started)
         else:
             self._count(job, "done", time.monotonic() - started, None)
