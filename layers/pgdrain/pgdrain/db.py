@@ -241,7 +241,7 @@ DEADLOCK_DETECTED = "40P01"
 # The server cancelled a statement at statement_timeout / gave up a lock wait at lock_timeout.
 _TIMEOUT_SQLSTATES = frozenset({"57014", "55P03"})
 # The server is going away or not yet there: the connection is done for (class 08 too).
-_GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+_GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})
 
 
 def sqlstate(exc: BaseException) -> str | None:
