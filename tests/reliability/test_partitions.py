@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 
 import pgdrain
-from pgdrain.db import server_bounds
 from pgdrain.sql import QUERIES
 from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
@@ -53,20 +52,27 @@ HEALTHY_SECONDS = 10.0
 
 
 def _idle_bound(seconds: float) -> float:
-    """How long the server lets a transaction of a ``seconds`` invocation sit idle."""
-    return server_bounds(int(seconds * 1000))["idle_ms"] / 1000
+    """How long the server may let a transaction of a ``seconds`` invocation sit idle, as
+    docs/reliability.md promises (db.server_bounds): the lock wait (a tenth of the time left,
+    at least a second), at most 5 s. Written out, not imported, so that the suite also runs
+    against the code before the promise."""
+    return min(max(1.0, seconds / 10), 5.0)
 
 
 def _marker(name: str) -> bytes:
-    """A line of the named statement that no other statement contains, and without a
+    """A fragment of the named statement that no other statement contains, and without a
     parameter (pg8000 rewrites ``:name``): it travels in the Parse message the first time a
-    connection runs the statement, so the proxy can fall silent exactly there."""
+    connection runs the statement, so the proxy can fall silent exactly there. One line if
+    some line is the statement's own, else two lines running."""
     others = [text for other, text in QUERIES.items() if other != name]
-    for line in sorted((line.strip() for line in QUERIES[name].splitlines()), key=len,
-                       reverse=True):
-        if ":" not in line and len(line) >= 12 and not any(line in text for text in others):
-            return line.encode()
-    raise LookupError(f"{name} has no line of its own to partition on")
+    lines = QUERIES[name].splitlines()
+    for width in (1, 2):
+        fragments = ["\n".join(lines[i:i + width]).strip() for i in range(len(lines))]
+        for fragment in sorted(fragments, key=len, reverse=True):
+            if (":" not in fragment and len(fragment) >= 12
+                    and not any(fragment in text for text in others)):
+                return fragment.encode()
+    raise LookupError(f"{name} has no fragment of its own to partition on")
 
 
 @pytest.fixture
@@ -107,16 +113,21 @@ def _the_stuck_session(sql, state: str) -> dict[str, Any]:
         time.sleep(0.01)
 
 
-def _idle_transactions_end(sql, within: float) -> float:
+def _idle_transactions_end(sql, within: float) -> float | None:
     """Wait (at most ``within`` s) until no partitioned session is idle in a transaction; the
-    seconds it took."""
+    seconds it took, or None if one still is."""
     started = time.monotonic()
     while any(s["state"] == "idle in transaction" for s in _sessions(sql)):
         if time.monotonic() - started > within:
-            raise AssertionError(f"a partitioned session still idle in transaction after "
-                                 f"{within:g} s: {_sessions(sql)}")
+            return None
         time.sleep(0.02)
     return time.monotonic() - started
+
+
+def _ended_within(ended: float | None, bound: float, sql) -> None:
+    assert ended is not None, (f"the partitioned session was still idle in transaction "
+                               f"{bound + 5:g} s after the partition: {_sessions(sql)}")
+    assert _sessions(sql) == [], "the server did not end the stuck session"
 
 
 def _invoke(app, seconds: float = HEALTHY_SECONDS) -> dict[str, Any]:
@@ -207,8 +218,8 @@ def test_a_partition_inside_the_controlled_claim_stops_no_other_queue(load_funct
         after = _sessions(sql)
         # The server ends the stuck session by itself, while its drain still waits for an
         # answer: no FIN of the drain's could have told it.
-        _idle_transactions_end(sql, _idle_bound(SECONDS) + 5)
-        ended = time.monotonic() - fell
+        ended = _idle_transactions_end(sql, _idle_bound(SECONDS) + 5)
+        ended = None if ended is None else time.monotonic() - fell
         return stuck, held, summaries, after, ended
 
     summary, remaining, (stuck, held, summaries, after, ended) = _partitioned_drain(
@@ -225,7 +236,7 @@ def test_a_partition_inside_the_controlled_claim_stops_no_other_queue(load_funct
     # ...while the row was held: the stuck session outlived them.
     assert [(s["pid"], s["state"]) for s in after] == [(stuck["pid"], "idle in transaction")]
 
-    assert _sessions(sql) == [], "the server did not end the stuck session"
+    _ended_within(ended, _idle_bound(SECONDS), sql)
     print(f"RELIABILITY partitions: the stuck controlled claim's session ended {ended:.2f} s "
           f"after the partition (bound {_idle_bound(SECONDS):g} s idle)")
     summary = _invoke(healthy)
@@ -252,8 +263,8 @@ def test_a_partition_inside_the_janitor_never_locks_it_out(load_function, conn, 
         # A drain meanwhile finds the janitor's lock taken, and skips it without waiting.
         skipped = _invoke(healthy)
         after = _sessions(sql)
-        _idle_transactions_end(sql, _idle_bound(SECONDS) + 5)
-        ended = time.monotonic() - fell
+        ended = _idle_transactions_end(sql, _idle_bound(SECONDS) + 5)
+        ended = None if ended is None else time.monotonic() - fell
         return stuck, locks[0]["n"], skipped, after, ended
 
     summary, remaining, (stuck, locks, skipped, after, ended) = _partitioned_drain(
@@ -264,7 +275,7 @@ def test_a_partition_inside_the_janitor_never_locks_it_out(load_function, conn, 
     assert (skipped["stopped"], skipped["reclaimed"]) == ("empty", 0), skipped
     assert [(s["pid"], s["state"]) for s in after] == [(stuck["pid"], "idle in transaction")]
 
-    assert _sessions(sql) == [], "the server did not end the stuck session"
+    _ended_within(ended, _idle_bound(SECONDS), sql)
     print(f"RELIABILITY partitions: the stuck janitor's session ended {ended:.2f} s after the "
           f"partition (bound {_idle_bound(SECONDS):g} s idle)")
     summary = _invoke(healthy)
@@ -366,8 +377,8 @@ def test_a_partition_on_every_claim_path_holds_nothing_past_its_bound(
         stuck = _the_stuck_session(sql, "idle in transaction" if how.transaction else "idle")
         summary = _invoke(others)
         after = _sessions(sql)
-        _idle_transactions_end(sql, _idle_bound(SUITE_SECONDS) + 5)
-        return stuck, summary, after, time.monotonic() - fell
+        ended = _idle_transactions_end(sql, _idle_bound(SUITE_SECONDS) + 5)
+        return stuck, summary, after, None if ended is None else time.monotonic() - fell
 
     summary, remaining, (stuck, healthy, after, ended) = _partitioned_drain(
         partitioned, proxy, SUITE_SECONDS, meanwhile)
@@ -378,7 +389,7 @@ def test_a_partition_on_every_claim_path_holds_nothing_past_its_bound(
     assert [(s["pid"], s["state"]) for s in after] == [(stuck["pid"], stuck["state"])]
 
     if how.transaction:
-        assert _sessions(sql) == [], "the server did not end the stuck session"
+        _ended_within(ended, _idle_bound(SUITE_SECONDS), sql)
     lost = {r["id"]: r["started"] for r in sql(
         "SELECT id, started_at IS NOT NULL AS started FROM jobs WHERE status = 'running'")}
     if how.transaction:
@@ -402,3 +413,31 @@ def test_a_partition_on_every_claim_path_holds_nothing_past_its_bound(
           f"({sum(lost.values())} charged), {len(ids) + len(other_ids)} jobs done"
           + (f", the stuck session ended {ended:.2f} s after the partition" if how.transaction
              else f", the session left {stuck['state']}"))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "library bug, left to the lead: a drain slot is a session-level advisory lock, and a "
+    "partitioned session idle outside a transaction is ended by no server bound "
+    "(idle_in_transaction_session_timeout does not apply; idle_session_timeout is not set), "
+    "so it keeps its slot until TCP keepalive notices, hours later"))
+def test_a_partitioned_drain_gives_its_slot_back(load_function, conn, sql, proxy):
+    # One drain at a time: the partitioned drain's slot is the only one.
+    healthy = _healthy(load_function, PGDRAIN_MAX_DRAINS="1")
+    partitioned = load_function("drain", DATABASE_URL=proxy.url(PARTITIONED),
+                                PGDRAIN_MAX_DRAINS="1")
+    _enqueue(conn, 10)
+    other = _enqueue(conn, 5, queue="other")
+    # The claim sent: the server commits it and the drain never hears (autocommitting, so
+    # no transaction stays open).
+    proxy.partition_on(_marker("job_claim_batch"), forward=2)
+    summary, remaining, _ = _partitioned_drain(partitioned, proxy, SUITE_SECONDS,
+                                               lambda: None)
+    assert remaining > 0 and summary["stopped"] == "database_error", summary
+    # The invocation is over: within its bound (as a transaction's would), its slot is free.
+    deadline = time.monotonic() + _idle_bound(SUITE_SECONDS) + 5
+    while _sessions(sql) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    summary = _invoke(healthy)
+    assert summary["stopped"] != "busy", (summary, _sessions(sql))
+    assert {r["status"] for r in sql("SELECT status FROM jobs WHERE id = ANY(:ids)",
+                                     ids=other)} == {"done"}
