@@ -2,8 +2,13 @@
 
 ``partition()`` makes it drop every byte in both directions while keeping the connections
 open: what a network partition, a security group change or a dead NAT looks like to a client
-(no reset, no answer). ``heal()`` forwards again. The upstream is the test database's own
-address (a Unix socket for the embedded server, or 127.0.0.1), so nothing leaves the machine.
+and to the server (no reset, no answer, and no FIN: a client that gives up and closes its
+socket behind a partition is never heard closing it, so the server sees an idle session, not
+a dead one). ``partition_on(marker)`` makes it fall silent at an exact point of the protocol:
+when a client→server chunk contains ``marker`` (a fragment of a statement's SQL text, which
+travels in the Parse message the first time a connection prepares the statement).
+``heal()`` forwards again. The upstream is the test database's own address (a Unix socket for
+the embedded server, or 127.0.0.1), so nothing leaves the machine.
 """
 
 from __future__ import annotations
@@ -23,21 +28,50 @@ class SilentProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self.silent = threading.Event()
+        """Set while partitioned: ``silent.wait(timeout)`` waits for a ``partition_on``."""
         self._sockets: list[socket.socket] = []
         self._closing = False
+        self._lock = threading.Lock()
+        self._marker: bytes | None = None
+        self._forward = 0
+        self._answer = False
+        self._forwarded = 0
+        self._armed = False  # the marker was seen; counting the chunks still forwarded
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def url(self) -> str:
-        """The test database's URL, through the proxy (TCP, no TLS)."""
+    def url(self, application_name: str | None = None) -> str:
+        """The test database's URL, through the proxy (TCP, no TLS); ``application_name``
+        names the server sessions opened through it, so a test can find them in
+        pg_stat_activity."""
         parts = urlsplit(self._url)
-        query = urlencode({"sslmode": "disable"})
+        query = {"sslmode": "disable"}
+        if application_name:
+            query["application_name"] = application_name
         user = parts.username or "postgres"
-        return f"postgresql://{user}@127.0.0.1:{self.port}/{self._params.database}?{query}"
+        return (f"postgresql://{user}@127.0.0.1:{self.port}/{self._params.database}"
+                f"?{urlencode(query)}")
 
     def partition(self) -> None:
         self.silent.set()
 
+    def partition_on(self, marker: bytes, *, forward: int = 0, answer: bool = False) -> None:
+        """Fall silent when a client→server chunk contains ``marker``.
+
+        ``forward`` = 0: that chunk is dropped, and everything after it both ways (the server
+        never sees the statement). ``forward`` = n: that chunk and the n - 1 client chunks
+        after it are still forwarded, and the silence starts right after the last of them
+        (the server runs it, its answer is dropped), or with ``answer`` at the next client
+        chunk (the client hears the answer; what it sends next is dropped). pg8000 prepares a
+        statement in one round trip (Parse, the text) and runs it in the next (Bind/Execute),
+        so ``forward=2`` delivers a statement's first run.
+        """
+        with self._lock:
+            self._marker, self._forward, self._answer = marker, forward, answer
+            self._forwarded, self._armed = 0, False
+
     def heal(self) -> None:
+        with self._lock:
+            self._marker, self._armed = None, False
         self.silent.clear()
 
     def close(self) -> None:
@@ -63,20 +97,51 @@ class SilentProxy:
                 return
             upstream = self._upstream()
             self._sockets += [client, upstream]
-            for source, target in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
+            for source, target, to_server in ((client, upstream, True),
+                                              (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(source, target, to_server),
+                                 daemon=True).start()
 
-    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+    def _passes(self, data: bytes, tail: bytes) -> bool:
+        """Whether a client→server chunk is forwarded (deciding the marker's silence)."""
+        with self._lock:
+            if self.silent.is_set():
+                return False
+            if not self._armed:
+                # The tail of the previous chunk too: a marker cut in two is still seen.
+                if self._marker is None or self._marker not in tail + data:
+                    return True
+                self._armed = True
+            if self._forwarded >= self._forward:  # forward=0, or answered: drop from here
+                self.silent.set()
+                return False
+            self._forwarded += 1
+            if self._forwarded == self._forward and not self._answer:
+                # Set before the chunk goes out, so that no byte of the answer gets back.
+                self.silent.set()
+            return True
+
+    def _pump(self, source: socket.socket, target: socket.socket, to_server: bool) -> None:
+        tail = b""
         while True:
             try:
                 data = source.recv(65536)
             except OSError:
                 return
             if not data:
-                with suppress(OSError):
-                    target.shutdown(socket.SHUT_WR)
+                # A closed socket behind a partition sends no FIN that arrives: the other
+                # side keeps its connection open, as a real partition leaves it.
+                if not self.silent.is_set():
+                    with suppress(OSError):
+                        target.shutdown(socket.SHUT_WR)
                 return
-            if self.silent.is_set():
+            if to_server:
+                passes = self._passes(data, tail)
+                if self._marker:
+                    tail = data[-len(self._marker):]
+            else:
+                passes = not self.silent.is_set()
+            if not passes:
                 continue  # dropped on the floor
             try:
                 target.sendall(data)
