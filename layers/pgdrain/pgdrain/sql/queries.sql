@@ -87,13 +87,20 @@ WHERE locktype = 'advisory'
 
 -- name: flow_limited_due
 -- Whether a job of these queues or job types is due: a drain whose claims found nothing but
--- rate-limited work waits for the window (or stops) instead of claiming in a loop.
-SELECT EXISTS (
-    SELECT 1 FROM jobs
-    WHERE status = 'pending' AND run_at <= now()
-      AND (queue = ANY (:queues::text[]) OR job_type = ANY (:job_types::text[]))
-      AND (:only_queues::text[] IS NULL OR queue = ANY (:only_queues::text[]))
-) AS due
+-- rate-limited work waits for the window (or stops) instead of claiming in a loop. Two
+-- probes, of jobs_pending_queue_idx and jobs_pending_type_idx: each ordered by its index, so
+-- that no plan reads the table from its start to the first such job (an EXISTS over the OR
+-- was planned as a sequential scan, the whole table when none is due).
+SELECT (SELECT id FROM jobs
+        WHERE status = 'pending' AND queue = ANY (:queues::text[]) AND run_at <= now()
+          AND (:only_queues::text[] IS NULL OR queue = ANY (:only_queues::text[]))
+        ORDER BY queue, priority, run_at, id
+        LIMIT 1) IS NOT NULL
+       OR (SELECT id FROM jobs
+           WHERE status = 'pending' AND job_type = ANY (:job_types::text[]) AND run_at <= now()
+             AND (:only_queues::text[] IS NULL OR queue = ANY (:only_queues::text[]))
+           ORDER BY job_type, priority, run_at, id
+           LIMIT 1) IS NOT NULL AS due
 
 -- name: flow_queue_lock
 -- Lock the rows of the queues under a cap or a rate limit, in name order (two drains never
@@ -187,12 +194,16 @@ FOR UPDATE SKIP LOCKED
 -- claim alone is due (an index probe of jobs_alone_idx), so the drain knows at no extra cost,
 -- whether some queue has a concurrency cap or a rate limit (the drain then also runs the
 -- controlled claim) and whether pending jobs name tenants (the drain then claims fairly).
+-- The probes of jobs are ordered by their index: an EXISTS was planned as a sequential scan
+-- that stops at the first match, which reads the whole history when it lies ahead of it.
 SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
-       EXISTS (SELECT 1 FROM jobs
-               WHERE status = 'pending' AND lost_claims > 0 AND run_at <= now()) AS alone_due,
+       (SELECT id FROM jobs
+        WHERE status = 'pending' AND lost_claims > 0 AND run_at <= now()
+        ORDER BY priority, run_at, id LIMIT 1) IS NOT NULL AS alone_due,
        EXISTS (SELECT 1 FROM pgdrain_queues
                WHERE max_running IS NOT NULL OR rate_limit IS NOT NULL) AS controlled,
-       EXISTS (SELECT 1 FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL) AS tenants
+       (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
+        ORDER BY tenant LIMIT 1) IS NOT NULL AS tenants
 
 -- name: job_backlog
 -- Due pending jobs (counted up to :cap) and the seconds the oldest has waited, read through
@@ -210,18 +221,23 @@ WITH RECURSIVE priorities AS (
     FROM priorities AS p
     WHERE p.priority IS NOT NULL
 ), per_priority AS (
+    -- The priorities through an array: the planner counts 10 (the recursive CTE's 101
+    -- made each costed read of up to :cap jobs a hundredfold, past jit_above_cost).
     SELECT first.run_at AS first_run_at, due.n
-    FROM priorities AS p
+    FROM unnest(ARRAY(SELECT priority FROM priorities WHERE priority IS NOT NULL))
+         AS p(priority)
     CROSS JOIN LATERAL (
         SELECT j.run_at FROM jobs AS j
         WHERE j.status = 'pending' AND j.priority = p.priority
         ORDER BY j.run_at LIMIT 1) AS first
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
+            -- Ordered by the index: unordered, the planner read the table from its
+            -- start (a sequential scan it expected to find :cap due jobs in early).
             SELECT 1 FROM jobs AS j
             WHERE j.status = 'pending' AND j.priority = p.priority AND j.run_at <= now()
+            ORDER BY j.run_at
             LIMIT :cap::int) AS d) AS due
-    WHERE p.priority IS NOT NULL
 )
 -- A run_at of -infinity (plain SQL allows it) counts from year 1: the age stays a number.
 SELECT least(COALESCE(sum(n), 0), :cap::int)::bigint AS due,
@@ -387,41 +403,50 @@ FROM (
     SELECT d.*
     FROM queue_room AS r
     CROSS JOIN LATERAL (
-        SELECT id, queue, job_type, priority, run_at
-        FROM jobs
-        WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
-        ORDER BY priority, run_at, id
+        SELECT * FROM (
+            SELECT id, queue, job_type, priority, run_at
+            FROM jobs
+            WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
+              AND (expires_at IS NULL OR expires_at > now())
+              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+              AND (ordering_key IS NULL OR NOT EXISTS (
+                       SELECT FROM jobs AS o
+                       WHERE o.ordering_key = jobs.ordering_key
+                         AND o.status IN ('pending', 'running')
+                         AND (o.status = 'running' OR o.id < jobs.id)))
+            ORDER BY priority, run_at, id
+            LIMIT 1000
+            FOR UPDATE SKIP LOCKED
+        ) AS w
         LIMIT least(r.room, :batch_size::int)
-        FOR UPDATE SKIP LOCKED
     ) AS d
     UNION ALL
     SELECT d.*
     FROM type_room AS t
     CROSS JOIN LATERAL (
-        SELECT id, queue, job_type, priority, run_at
-        FROM jobs
-        WHERE status = 'pending' AND job_type = t.job_type AND run_at <= now()
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-          AND NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                          WHERE q.queue = jobs.queue
-                            AND (q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                 OR q.rate_limit IS NOT NULL))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
-        ORDER BY priority, run_at, id
+        SELECT * FROM (
+            SELECT id, queue, job_type, priority, run_at
+            FROM jobs
+            WHERE status = 'pending' AND job_type = t.job_type AND run_at <= now()
+              AND (expires_at IS NULL OR expires_at > now())
+              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+              AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                               WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                                  OR q.rate_limit IS NOT NULL)
+                   OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                                          WHERE q.paused_at IS NOT NULL
+                                             OR q.max_running IS NOT NULL
+                                             OR q.rate_limit IS NOT NULL)))
+              AND (ordering_key IS NULL OR NOT EXISTS (
+                       SELECT FROM jobs AS o
+                       WHERE o.ordering_key = jobs.ordering_key
+                         AND o.status IN ('pending', 'running')
+                         AND (o.status = 'running' OR o.id < jobs.id)))
+            ORDER BY priority, run_at, id
+            LIMIT 1000
+            FOR UPDATE SKIP LOCKED
+        ) AS w
         LIMIT least(t.room, :batch_size::int)
-        FOR UPDATE SKIP LOCKED
     ) AS d
 ) AS c
 ORDER BY c.priority, c.run_at, c.id
@@ -439,19 +464,22 @@ WITH queue_room AS (
     SELECT d.id
     FROM queue_room AS r
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
-        FROM jobs
-        WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
-        ORDER BY priority, run_at, id
+        SELECT * FROM (
+            SELECT id, priority, run_at
+            FROM jobs
+            WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
+              AND (expires_at IS NULL OR expires_at > now())
+              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+              AND (ordering_key IS NULL OR NOT EXISTS (
+                       SELECT FROM jobs AS o
+                       WHERE o.ordering_key = jobs.ordering_key
+                         AND o.status IN ('pending', 'running')
+                         AND (o.status = 'running' OR o.id < jobs.id)))
+            ORDER BY priority, run_at, id
+            LIMIT 1000
+            FOR UPDATE SKIP LOCKED
+        ) AS w
         LIMIT least(r.room, :batch_size::int)
-        FOR UPDATE SKIP LOCKED
     ) AS d
     ORDER BY d.priority, d.run_at, d.id
     LIMIT :batch_size::int
@@ -971,13 +999,30 @@ SELECT count(*)::int AS purged FROM purged
 -- name: job_purge_finished_batch
 -- Delete up to :limit :status jobs (done or failed) finished more than :older_than_seconds
 -- ago, oldest first, and count them: `pgdrain purge` repeats it until none is left, so no
--- transaction holds many rows.
+-- transaction holds many rows. One branch per status, each naming it as a literal, so that
+-- even a generic plan reads only that status's partial index (`status = :status` read the
+-- whole table); the two other branches' :status test is false and they read nothing.
 WITH purged AS (
     DELETE FROM jobs
     WHERE id = ANY(ARRAY(
-        SELECT id
-        FROM jobs
-        WHERE status = :status::text
+        SELECT id FROM jobs
+        WHERE status = 'done' AND :status::text = 'done'
+          AND coalesce(finished_at, updated_at)
+              < now() - make_interval(secs => :older_than_seconds::float8)
+        ORDER BY coalesce(finished_at, updated_at)
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ) || ARRAY(
+        SELECT id FROM jobs
+        WHERE status = 'failed' AND :status::text = 'failed'
+          AND coalesce(finished_at, updated_at)
+              < now() - make_interval(secs => :older_than_seconds::float8)
+        ORDER BY coalesce(finished_at, updated_at)
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ) || ARRAY(
+        SELECT id FROM jobs
+        WHERE status = 'cancelled' AND :status::text = 'cancelled'
           AND coalesce(finished_at, updated_at)
               < now() - make_interval(secs => :older_than_seconds::float8)
         ORDER BY coalesce(finished_at, updated_at)
@@ -1049,7 +1094,9 @@ FROM (
 -- name: jobs_tenanted
 -- Whether pending jobs name tenants: an index probe of jobs_pending_tenant_idx (empty unless
 -- tenants are used). A drain that did not know asks when its plain claim comes back short.
-SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL) AS tenants
+-- Ordered by the index, as janitor_try_lock's probe: an EXISTS was planned as a sequential scan.
+SELECT (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
+        ORDER BY tenant LIMIT 1) IS NOT NULL AS tenants
 
 -- name: jobs_vacuum
 -- Vacuum the jobs table now, skipping it if another vacuum holds it. Outside any transaction.
