@@ -44,6 +44,9 @@ def test_tenants_with_only_later_jobs_take_no_share_of_the_claim(conn, sql):
     jobs = pgdrain.claim(conn, batch_size=10, lease_seconds=60, fair=True)
     assert len(jobs) == 10
     assert {pgdrain.get_job(conn, j.id)["tenant"] for j in jobs} == {"due"}
+    assert len(pgdrain.claim(conn, batch_size=100, lease_seconds=60, fair=True)) == 90
+    # No group has a job to take now: nothing (the share once divided by zero groups).
+    assert pgdrain.claim(conn, batch_size=10, lease_seconds=60, fair=True) == []
 
 
 @pytest.mark.parametrize("held", ["paused", "capped", "rated type"])

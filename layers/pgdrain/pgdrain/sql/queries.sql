@@ -390,7 +390,15 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues and
 -- ordering keys' later jobs are left out as by the plain claim; a job whose claim was lost
 -- before is taken here (job_claim_alone leaves controlled queues and types alone), its start
--- recorded, and the drain runs it alone.
+-- recorded, and the drain runs it alone. A queue's due jobs are one range of
+-- jobs_pending_queue_idx, a type's of jobs_pending_type_idx (without them, every claim walked
+-- the claim's index past every other job: 107 ms for a rated type behind 90,000 others), each
+-- read through a window of at most 1,000 with a constant LIMIT: the room, which the planner
+-- cannot read, it costs at a tenth of the rows under it, and a tenth of a whole queue's range
+-- passed jit_above_cost (100,000; JIT-compiled on stock PostgreSQL: 500-580 ms a claim). A
+-- type's jobs in a paused, capped or rate-limited queue are left out behind an initplan, as
+-- in the plain claim: a NOT EXISTS per row became an anti-join that sorted all the type's
+-- jobs. So a queue or type offers at most 1,000 jobs a claim.
 WITH queue_room AS (
     SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
     WHERE r.room > 0
@@ -456,7 +464,8 @@ ORDER BY c.priority, c.run_at, c.id
 -- (:room_queues, :queue_rooms; read by flow_rooms under flow_queue_lock), each queue offering
 -- at most a batch, in claim order: job_claim_candidates and job_claim_ids in one statement,
 -- for a drain that declares no rate-limited job type (then no type's room can refuse a
--- candidate, and nothing is left to pick in Python).
+-- candidate, and nothing is left to pick in Python). Each queue's range is read as in
+-- job_claim_candidates (jobs_pending_queue_idx, a window of at most 1,000).
 WITH queue_room AS (
     SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
     WHERE r.room > 0
@@ -512,18 +521,23 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- (1,000 tenants with only later jobs cut another's claims of 10 to one job each, 116 jobs/s).
 -- The tenants with a due job are found by skipping through jobs_pending_tenant_idx (one probe
 -- per such tenant; one whose jobs are all later is passed over inside the index), then
--- each one's first job to take now (one probe, reading past its jobs that wait). Otherwise as
+-- whether each has a job to take among its first 100 due ones, and its share among its first
+-- 1,000 (a tenant whose first 100 due jobs all wait, say in a paused queue, waits with them;
+-- without the window every claim read such a tenant's whole backlog). Otherwise as
 -- job_claim_batch (the same jobs are left out). Jobs without a tenant are looked for among
 -- the first 1,000 due jobs of jobs_pending_idx only: a bounded read whatever the flood (give
 -- every job of a shared queue a tenant; an untenanted job behind 1,000 tenanted ones waits
 -- for them to go).
 -- Costed at about what it reads, so that stock PostgreSQL does not JIT-compile it (above
 -- jit_above_cost, 100,000: 730-940 ms a claim instead of 4-12; test_claim_plans.py): the
--- groups pass through an array (the planner counts 10 of them, not the recursive CTE's 101,
--- each costed at a tenth of its tenant's backlog for the share it cannot read), and the
--- limited types' filter is written behind an initplan, as the queues': its generic
--- plan's guess for `job_type <> ALL ($n)` (a few types, 10 unknown ones) kept a row in
--- a thousand.
+-- windows are constant LIMITs (a LIMIT the planner cannot read, as the share, it costs at a
+-- tenth of the rows under it: a tenth of a tenant's whole backlog), the groups pass through
+-- an array (the planner counts 10 of them, not the recursive CTE's 101), and the limited
+-- types' filter is written behind an initplan, as the queues': a generic plan's guess for
+-- `job_type <> ALL ($n)` (a few types, 10 unknown ones) kept a row in a thousand. Each
+-- window's outer level has no ORDER BY of its own (the window's order is kept), so that the
+-- planner plans the window for the few rows read from it: an index scan in claim order, not
+-- a sort of the tenant's due jobs.
 WITH RECURSIVE tenants AS (
     (SELECT tenant FROM jobs
      WHERE status = 'pending' AND tenant IS NOT NULL AND run_at <= now()
@@ -598,7 +612,9 @@ WITH RECURSIVE tenants AS (
     SELECT NULL
     FROM (SELECT FROM untenanted LIMIT 1) AS first
 ), share AS (
-    SELECT greatest(1, ceil(:batch_size::numeric / count(*)))::int AS n FROM groups
+    -- No group at all: 1, and nothing to take (nullif: never a division by zero).
+    SELECT greatest(1, ceil(:batch_size::numeric / nullif(count(*), 0)))::int AS n
+    FROM groups
 ), candidates AS (
     SELECT c.*
     FROM unnest(ARRAY(SELECT tenant FROM groups WHERE tenant IS NOT NULL)) AS g(tenant)
