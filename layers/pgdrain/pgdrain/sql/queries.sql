@@ -518,7 +518,8 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- Each group offers at most its share of the batch, divided among the groups with a job this
 -- claim may take now: a tenant whose jobs are all scheduled later, in paused, capped or
 -- rate-limited queues, of rate-limited types, or behind their ordering keys takes no share
--- (1,000 tenants with only later jobs cut another's claims of 10 to one job each, 116 jobs/s).
+-- (1,000 tenants with only later jobs cut a due tenant's claims to one job each: 36 jobs/s
+-- instead of 2,700 on PostgreSQL 15, docs/benchmarks.md).
 -- The tenants with a due job are found by skipping through jobs_pending_tenant_idx (one probe
 -- per such tenant; one whose jobs are all later is passed over inside the index), then
 -- whether each has a job to take among its first 100 due ones, and its share among its first
@@ -529,7 +530,7 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- every job of a shared queue a tenant; an untenanted job behind 1,000 tenanted ones waits
 -- for them to go).
 -- Costed at about what it reads, so that stock PostgreSQL does not JIT-compile it (above
--- jit_above_cost, 100,000: 730-940 ms a claim instead of 4-12; test_claim_plans.py): the
+-- jit_above_cost, 100,000: 75-700 ms a claim instead of 3; test_claim_plans.py): the
 -- windows are constant LIMITs (a LIMIT the planner cannot read, as the share, it costs at a
 -- tenth of the rows under it: a tenth of a tenant's whole backlog), the groups pass through
 -- an array (the planner counts 10 of them, not the recursive CTE's 101), and the limited
@@ -575,13 +576,13 @@ WITH RECURSIVE tenants AS (
     FROM (SELECT * FROM claimable ORDER BY priority, run_at, id LIMIT 1000) AS ahead
     WHERE tenant IS NULL
 ), groups AS MATERIALIZED (
-    -- The groups with a job to take now: each due tenant's first (a LATERAL ... LIMIT 1, so
-    -- a probe of its range, never a join that reads every tenant's), and the untenanted
-    -- jobs' first.
-    SELECT g.tenant
+    -- The groups with a job to take now, with that first job: each due tenant's (a LATERAL
+    -- ... LIMIT 1, so a probe of its range, never a join that reads every tenant's), and the
+    -- untenanted jobs' first.
+    SELECT g.tenant, first.id, first.priority, first.run_at
     FROM tenants AS g
     CROSS JOIN LATERAL (
-        SELECT 
+        SELECT w.id, w.priority, w.run_at
         FROM (SELECT id, priority, run_at, queue, job_type, lost_claims, expires_at,
                      ordering_key
               FROM jobs
@@ -609,23 +610,33 @@ WITH RECURSIVE tenants AS (
     ) AS first
     WHERE g.tenant IS NOT NULL
     UNION ALL
-    SELECT NULL
-    FROM (SELECT FROM untenanted LIMIT 1) AS first
+    SELECT NULL, first.id, first.priority, first.run_at
+    FROM (SELECT id, priority, run_at FROM untenanted
+          ORDER BY priority, run_at, id LIMIT 1) AS first
 ), share AS (
     -- No group at all: 1, and nothing to take (nullif: never a division by zero).
     SELECT greatest(1, ceil(:batch_size::numeric / nullif(count(*), 0)))::int AS n
     FROM groups
 ), candidates AS (
+    -- Every group's first job (its turn 1, found above), then each group's next ones after
+    -- it, up to its share (none when the share is 1: then each group was read once).
+    SELECT id, priority, run_at, 1::bigint AS turn FROM groups
+    UNION ALL
     SELECT c.*
-    FROM unnest(ARRAY(SELECT tenant FROM groups WHERE tenant IS NOT NULL)) AS g(tenant)
+    FROM (SELECT array_agg(tenant) AS tenants, array_agg(priority) AS priorities,
+                 array_agg(run_at) AS run_ats, array_agg(id) AS ids
+          FROM groups WHERE tenant IS NOT NULL) AS a
+    CROSS JOIN unnest(a.tenants, a.priorities, a.run_ats, a.ids)
+         AS g(tenant, priority, run_at, id)
     CROSS JOIN share
     CROSS JOIN LATERAL (
         SELECT w.id, w.priority, w.run_at,
-               row_number() OVER (ORDER BY w.priority, w.run_at, w.id) AS turn
+               row_number() OVER (ORDER BY w.priority, w.run_at, w.id) + 1 AS turn
         FROM (SELECT id, priority, run_at, queue, job_type, lost_claims, expires_at,
                      ordering_key
               FROM jobs
               WHERE status = 'pending' AND tenant = g.tenant AND run_at <= now()
+                AND (priority, run_at, id) > (g.priority, g.run_at, g.id)
               ORDER BY priority, run_at, id
               LIMIT 1000) AS w
         WHERE w.lost_claims = 0
@@ -645,19 +656,21 @@ WITH RECURSIVE tenants AS (
                    WHERE o.ordering_key = w.ordering_key
                      AND o.status IN ('pending', 'running')
                      AND (o.status = 'running' OR o.id < w.id)))
-        LIMIT share.n
+        LIMIT share.n - 1
     ) AS c
     UNION ALL
     SELECT c.*
-    FROM share
+    FROM groups AS g
+    CROSS JOIN share
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at,
-               row_number() OVER (ORDER BY priority, run_at, id) AS turn
-        FROM untenanted
-        ORDER BY priority, run_at, id
-        LIMIT share.n
+        SELECT u.id, u.priority, u.run_at,
+               row_number() OVER (ORDER BY u.priority, u.run_at, u.id) + 1 AS turn
+        FROM untenanted AS u
+        WHERE (u.priority, u.run_at, u.id) > (g.priority, g.run_at, g.id)
+        ORDER BY u.priority, u.run_at, u.id
+        LIMIT share.n - 1
     ) AS c
-    WHERE EXISTS (SELECT FROM groups WHERE tenant IS NULL)
+    WHERE g.tenant IS NULL
 ), due AS MATERIALIZED (
     -- The ids as an array too: joined by id alone, the planner guessed thousands of
     -- candidates and read the whole table in a hash join (21 ms a claim behind 100,000 jobs).
