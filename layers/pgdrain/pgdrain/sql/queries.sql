@@ -587,6 +587,10 @@ WITH RECURSIVE tenants AS (
                      ordering_key
               FROM jobs
               WHERE status = 'pending' AND tenant = g.tenant AND run_at <= now()
+                -- A bound of jobs_pending_tenant_idx only (true of every job of the
+                -- tenant): without it, jobs_pending_idx's walk filtered by tenant could be
+                -- the cheaper plan, and read a flood to reach a small tenant's job.
+                AND (tenant, priority) >= (g.tenant, -32768)
               ORDER BY priority, run_at, id
               LIMIT 100) AS w
         WHERE w.lost_claims = 0
@@ -636,7 +640,9 @@ WITH RECURSIVE tenants AS (
                      ordering_key
               FROM jobs
               WHERE status = 'pending' AND tenant = g.tenant AND run_at <= now()
-                AND (priority, run_at, id) > (g.priority, g.run_at, g.id)
+                -- With the tenant in the row, a bound of jobs_pending_tenant_idx only: a
+                -- bare (priority, run_at, id) made jobs_pending_idx's walk the cheaper plan.
+                AND (tenant, priority, run_at, id) > (g.tenant, g.priority, g.run_at, g.id)
               ORDER BY priority, run_at, id
               LIMIT 1000) AS w
         WHERE w.lost_claims = 0
