@@ -236,3 +236,21 @@ def test_the_fair_claim_reads_each_tenant_through_the_tenant_index(conn, mode):
     assert {n.get("Index Name") for n in by_tenant} == {"jobs_pending_tenant_idx"}, [
         (n["Node Type"], n.get("Index Name"), n.get("Index Cond"), n.get("Filter"))
         for n in by_tenant]
+
+
+@pytest.mark.parametrize("mode", ["custom", "generic"])
+def test_the_controlled_claims_read_each_queue_and_type_through_its_index(conn, mode):
+    # As the tenants': a capped queue's or a rated type's few jobs behind many others must
+    # be one range of their own index, never a walk of jobs_pending_idx.
+    conn.run("INSERT INTO jobs (job_type, queue) "
+             "SELECT 'type-' || (i % 4), 'queue-' || (i % 3) FROM generate_series(1, 20000) AS i")
+    conn.run("VACUUM ANALYZE jobs")
+    for name in ("job_claim_candidates", "job_claim_controlled"):
+        plan = explain(conn, name, mode)
+        for by, index in (("queue = r.queue", "jobs_pending_queue_idx"),
+                          ("job_type = t.job_type", "jobs_pending_type_idx")):
+            read = [n for n in nodes(plan["Plan"])
+                    if by in f"{n.get('Index Cond', '')} {n.get('Filter', '')}"]
+            assert {n.get("Index Name") for n in read} <= {index}, (name, by, [
+                (n["Node Type"], n.get("Index Name"), n.get("Index Cond"), n.get("Filter"))
+                for n in read])

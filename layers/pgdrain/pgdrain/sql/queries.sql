@@ -415,6 +415,9 @@ FROM (
             SELECT id, queue, job_type, priority, run_at
             FROM jobs
             WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
+              -- Only jobs_pending_queue_idx has this bound (true of the queue's every job):
+              -- no plan walks jobs_pending_idx filtered by queue.
+              AND (queue, priority) >= (r.queue, -32768)
               AND (expires_at IS NULL OR expires_at > now())
               AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
               AND (ordering_key IS NULL OR NOT EXISTS (
@@ -436,6 +439,8 @@ FROM (
             SELECT id, queue, job_type, priority, run_at
             FROM jobs
             WHERE status = 'pending' AND job_type = t.job_type AND run_at <= now()
+              -- Only jobs_pending_type_idx has this bound, as the queues' above.
+              AND (job_type, priority) >= (t.job_type, -32768)
               AND (expires_at IS NULL OR expires_at > now())
               AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
               AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
@@ -477,6 +482,9 @@ WITH queue_room AS (
             SELECT id, priority, run_at
             FROM jobs
             WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
+              -- Only jobs_pending_queue_idx has this bound (true of the queue's every job):
+              -- no plan walks jobs_pending_idx filtered by queue.
+              AND (queue, priority) >= (r.queue, -32768)
               AND (expires_at IS NULL OR expires_at > now())
               AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
               AND (ordering_key IS NULL OR NOT EXISTS (
