@@ -3,11 +3,13 @@
 ahead of this one's in the claim's index; with this queue capped or rate-limited (its jobs then
 come through claim_controlled: a transaction that locks the queue's row, reads its room and
 writes its rate window), at limits that never bind and at ones that do; with the jobs spread
-over 1,000 ordering keys; and with the jobs naming 10 tenants (the fair claim). Then the wait
+over 1,000 ordering keys; with the jobs naming 10 tenants (the fair claim); and with them all
+naming one tenant behind 1,000 others that each hold one job scheduled an hour ahead. Then the wait
 of a small tenant's job behind a flood of 100,000 from another: how many claims of 100 go by
 before it is claimed, and the first fair claim's time.
 
     .venv/bin/python bench/queue_controls.py [--jobs 20000] [--paused 10000 100000] [--rounds 3]
+                                             [--only SUBSTRING]
 
 On a scratch database (the embedded PostgreSQL, or DATABASE_URL's server). Prints the median
 of the rounds per case.
@@ -35,6 +37,8 @@ class Case:
     keys: int = 0
     """Jobs spread over this many ordering keys, enqueued round-robin (key i, job n)."""
     tenants: int = 0
+    later_tenants: int = 0
+    """Tenants that each hold one job an hour ahead (none due), besides the jobs timed."""
 
 
 def one_round(conn, jobs: int, case: Case) -> float:
@@ -49,12 +53,16 @@ def one_round(conn, jobs: int, case: Case) -> float:
              "SELECT 'noop', 'open', CASE WHEN :keys > 0 THEN 'key-' || (i % :keys) END, "
              "CASE WHEN :tenants > 0 THEN 'tenant-' || (i % :tenants) END "
              "FROM generate_series(1, :n) AS i", n=jobs, keys=case.keys, tenants=case.tenants)
+    if case.later_tenants:
+        conn.run("INSERT INTO jobs (job_type, queue, tenant, run_at) SELECT 'noop', 'open', "
+                 "'later-' || i, now() + interval '1 hour' FROM generate_series(1, :n) AS i",
+                 n=case.later_tenants)
     if case.cap is not None or case.rate is not None:
         pgdrain.set_queue(conn, "open", max_running=case.cap, rate=case.rate)
     conn.run("VACUUM ANALYZE jobs")
     controlled = case.cap is not None or case.rate is not None
     start, done = time.perf_counter(), 0
-    while done < jobs:
+    while done < jobs and time.perf_counter() - start < 60:
         if controlled:
             claimed = claim_controlled(conn, batch_size=100, lease_seconds=60).jobs
         else:
@@ -93,6 +101,8 @@ def main() -> None:
     parser.add_argument("--paused", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--flood", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", help="run only the cases whose name holds this (and the "
+                        "flood's wait if it is part of 'flood')")
     args = parser.parse_args()
     cases = {"nothing set": Case(),
              **{f"another queue paused, {n:,} due jobs ahead": Case(paused=n)
@@ -103,7 +113,12 @@ def main() -> None:
              "cap 10,000 and rate 10,000/s": Case(cap=10_000, rate="10000/s"),
              "1,000 ordering keys": Case(keys=1000),
              "10 tenants (fair claim)": Case(tenants=10),
-             "1,000 tenants (fair claim)": Case(tenants=1000)}
+             "1,000 tenants (fair claim)": Case(tenants=1000),
+             "1 tenant behind 1,000 with only later jobs (fair claim)":
+                 Case(tenants=1, later_tenants=1000)}
+    if args.only:
+        cases = {"nothing set": Case(),
+                 **{n: c for n, c in cases.items() if args.only in n}}
     with scratch_database("controls") as url:
         conn = connect(url)
         try:
@@ -112,7 +127,8 @@ def main() -> None:
             for _ in range(args.rounds):  # interleaved: the machine's noise hits every case
                 for name, case in cases.items():
                     rates[name].append(one_round(conn, args.jobs, case))
-            waits = [small_tenant_wait(conn, args.flood) for _ in range(args.rounds)]
+            waits = [] if args.only and args.only not in "flood" else [
+                small_tenant_wait(conn, args.flood) for _ in range(args.rounds)]
         finally:
             conn.close()
     base = statistics.median(rates["nothing set"])
@@ -120,6 +136,8 @@ def main() -> None:
     for name, values in rates.items():
         median = statistics.median(values)
         print(f"| {name} | {median:,.0f} | {median / base:.2f} |")
+    if not waits:
+        return
     print(f"\nsmall tenant behind a flood of {args.flood:,}: claimed in claim "
           f"{max(c for c, _ in waits)} (worst of {len(waits)}); first fair claim "
           f"{statistics.median(ms for _, ms in waits):.1f} ms (median)")

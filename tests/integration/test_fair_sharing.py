@@ -34,6 +34,51 @@ def test_a_small_tenant_starts_in_the_first_claim_after_a_flood_of_100_000(conn,
     assert small in [j.id for j in first]
 
 
+def test_tenants_with_only_later_jobs_take_no_share_of_the_claim(conn, sql):
+    # The share divides the batch among the groups with a job to take now: 1,000 tenants
+    # whose one job is an hour ahead once cut this claim to one job.
+    sql("INSERT INTO jobs (job_type, tenant, run_at) SELECT 'export', 'later-' || i, "
+        "now() + interval '1 hour' FROM generate_series(1, 1000) AS i")
+    sql("INSERT INTO jobs (job_type, tenant) SELECT 'export', 'due' FROM generate_series(1, 100)")
+    sql("ANALYZE jobs")
+    jobs = pgdrain.claim(conn, batch_size=10, lease_seconds=60, fair=True)
+    assert len(jobs) == 10
+    assert {pgdrain.get_job(conn, j.id)["tenant"] for j in jobs} == {"due"}
+    assert len(pgdrain.claim(conn, batch_size=100, lease_seconds=60, fair=True)) == 90
+    # No group has a job to take now: nothing (the share once divided by zero groups).
+    assert pgdrain.claim(conn, batch_size=10, lease_seconds=60, fair=True) == []
+
+
+@pytest.mark.parametrize("held", ["paused", "capped", "rated type"])
+def test_a_tenant_whose_jobs_all_wait_takes_no_share(conn, sql, held):
+    # Its jobs are due but no plain claim may take them: in a paused or capped queue, or of a
+    # rate-limited type (the controlled claim's).
+    sql("INSERT INTO jobs (job_type, tenant, queue) SELECT :t, 'held', :q "
+        "FROM generate_series(1, 50)", t="rated" if held == "rated type" else "export",
+        q="held" if held != "rated type" else "default")
+    if held == "paused":
+        pgdrain.pause(conn, "held")
+    elif held == "capped":
+        pgdrain.set_queue(conn, "held", max_running=5)
+    pgdrain.enqueue_many(conn, [{"job_type": "export", "tenant": "open"}] * 20)
+    jobs = pgdrain.claim(conn, batch_size=10, lease_seconds=60, fair=True,
+                         limited_types=["rated"])
+    assert len(jobs) == 10
+    assert {pgdrain.get_job(conn, j.id)["tenant"] for j in jobs} == {"open"}
+
+
+def test_the_share_still_takes_each_tenants_first_before_any_second(conn, sql):
+    # Three groups with work now (two tenants and the jobs without one) and three tenants
+    # with only later work: a claim of 6 takes two of each of the three.
+    for tenant, count in (("big", 20), ("mid", 20), (None, 20)):
+        pgdrain.enqueue_many(conn, [{"job_type": "export", "tenant": tenant}] * count)
+    for tenant in ("later-a", "later-b", "later-c"):
+        pgdrain.enqueue(conn, "export", tenant=tenant, delay_seconds=3600)
+    jobs = pgdrain.claim(conn, batch_size=6, lease_seconds=60, fair=True)
+    tenants = sorted(str(pgdrain.get_job(conn, j.id)["tenant"]) for j in jobs)
+    assert tenants == ["None", "None", "big", "big", "mid", "mid"]
+
+
 def test_a_drain_claims_fairly_when_tenants_are_pending(database_url, conn, sql):
     sql("INSERT INTO jobs (job_type, tenant) "
         "SELECT 'export', 'flood' FROM generate_series(1, 5000)")

@@ -122,13 +122,20 @@ WHERE locktype = 'advisory'
 
 -- name: flow_limited_due
 -- Whether a job of these queues or job types is due: a drain whose claims found nothing but
--- rate-limited work waits for the window (or stops) instead of claiming in a loop.
-SELECT EXISTS (
-    SELECT 1 FROM jobs
-    WHERE status = 'pending' AND run_at <= now()
-      AND (queue = ANY (:queues::text[]) OR job_type = ANY (:job_types::text[]))
-      AND (:only_queues::text[] IS NULL OR queue = ANY (:only_queues::text[]))
-) AS due
+-- rate-limited work waits for the window (or stops) instead of claiming in a loop. Two
+-- probes, of jobs_pending_queue_idx and jobs_pending_type_idx: each ordered by its index, so
+-- that no plan reads the table from its start to the first such job (an EXISTS over the OR
+-- was planned as a sequential scan, the whole table when none is due).
+SELECT (SELECT id FROM jobs
+        WHERE status = 'pending' AND queue = ANY (:queues::text[]) AND run_at <= now()
+          AND (:only_queues::text[] IS NULL OR queue = ANY (:only_queues::text[]))
+        ORDER BY queue, priority, run_at, id
+        LIMIT 1) IS NOT NULL
+       OR (SELECT id FROM jobs
+           WHERE status = 'pending' AND job_type = ANY (:job_types::text[]) AND run_at <= now()
+             AND (:only_queues::text[] IS NULL OR queue = ANY (:only_queues::text[]))
+           ORDER BY job_type, priority, run_at, id
+           LIMIT 1) IS NOT NULL AS due
 
 -- name: flow_lock
 -- Lock the rows of the queues under a cap or a rate limit, and of the rate-limited job types
@@ -247,12 +254,16 @@ FOR UPDATE SKIP LOCKED
 -- claim alone is due (an index probe of jobs_alone_idx), so the drain knows at no extra cost,
 -- whether some queue has a concurrency cap or a rate limit (the drain then also runs the
 -- controlled claim) and whether pending jobs name tenants (the drain then claims fairly).
+-- The probes of jobs are ordered by their index: an EXISTS was planned as a sequential scan
+-- that stops at the first match, which reads the whole history when it lies ahead of it.
 SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
-       EXISTS (SELECT 1 FROM jobs
-               WHERE status = 'pending' AND lost_claims > 0 AND run_at <= now()) AS alone_due,
+       (SELECT id FROM jobs
+        WHERE status = 'pending' AND lost_claims > 0 AND run_at <= now()
+        ORDER BY priority, run_at, id LIMIT 1) IS NOT NULL AS alone_due,
        EXISTS (SELECT 1 FROM pgdrain_queues
                WHERE max_running IS NOT NULL OR rate_limit IS NOT NULL) AS controlled,
-       EXISTS (SELECT 1 FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL) AS tenants
+       (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
+        ORDER BY tenant LIMIT 1) IS NOT NULL AS tenants
 
 -- name: job_backlog
 -- Due pending jobs (counted up to :cap) and the seconds the oldest has waited, read through
@@ -270,18 +281,23 @@ WITH RECURSIVE priorities AS (
     FROM priorities AS p
     WHERE p.priority IS NOT NULL
 ), per_priority AS (
+    -- The priorities through an array: the planner counts 10 (the recursive CTE's 101
+    -- made each costed read of up to :cap jobs a hundredfold, past jit_above_cost).
     SELECT first.run_at AS first_run_at, due.n
-    FROM priorities AS p
+    FROM unnest(ARRAY(SELECT priority FROM priorities WHERE priority IS NOT NULL))
+         AS p(priority)
     CROSS JOIN LATERAL (
         SELECT j.run_at FROM jobs AS j
         WHERE j.status = 'pending' AND j.priority = p.priority
         ORDER BY j.run_at LIMIT 1) AS first
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
+            -- Ordered by the index: unordered, the planner read the table from its
+            -- start (a sequential scan it expected to find :cap due jobs in early).
             SELECT 1 FROM jobs AS j
             WHERE j.status = 'pending' AND j.priority = p.priority AND j.run_at <= now()
+            ORDER BY j.run_at
             LIMIT :cap::int) AS d) AS due
-    WHERE p.priority IS NOT NULL
 )
 -- A run_at of -infinity (plain SQL allows it) counts from year 1: the age stays a number.
 SELECT least(COALESCE(sum(n), 0), :cap::int)::bigint AS due,
@@ -437,7 +453,15 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- the caller picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues
 -- and ordering keys' later jobs are left out as by the plain claim; a job whose claim was lost
 -- before is taken here (job_claim_alone leaves controlled queues and types alone), its start
--- recorded, and the drain runs it alone.
+-- recorded, and the drain runs it alone. A queue's due jobs are one range of
+-- jobs_pending_queue_idx, a type's of jobs_pending_type_idx (without them, every claim walked
+-- the claim's index past every other job: 107 ms for a rated type behind 90,000 others), each
+-- read through a window of at most 1,000 with a constant LIMIT: the room, which the planner
+-- cannot read, it costs at a tenth of the rows under it, and a tenth of a whole queue's range
+-- passed jit_above_cost (100,000; JIT-compiled on stock PostgreSQL: 500-580 ms a claim). A
+-- type's jobs in a paused, capped or rate-limited queue are left out behind an initplan, as
+-- in the plain claim: a NOT EXISTS per row became an anti-join that sorted all the type's
+-- jobs. So a queue or type offers at most 1,000 jobs a claim.
 WITH queue_room AS (
     SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
     WHERE r.room > 0
@@ -450,38 +474,54 @@ FROM (
     SELECT d.*
     FROM queue_room AS r
     CROSS JOIN LATERAL (
-        SELECT id, queue, job_type, priority, run_at
-        FROM jobs
-        WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
-        ORDER BY priority, run_at, id
+        SELECT * FROM (
+            SELECT id, queue, job_type, priority, run_at
+            FROM jobs
+            WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
+              -- Only jobs_pending_queue_idx has this bound (true of the queue's every job):
+              -- no plan walks jobs_pending_idx filtered by queue.
+              AND (queue, priority) >= (r.queue, -32768)
+              AND (expires_at IS NULL OR expires_at > now())
+              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+              AND (ordering_key IS NULL OR NOT EXISTS (
+                       SELECT FROM jobs AS o
+                       WHERE o.ordering_key = jobs.ordering_key
+                         AND o.status IN ('pending', 'running')
+                         AND (o.status = 'running' OR o.id < jobs.id)))
+            ORDER BY priority, run_at, id
+            LIMIT 1000
+            FOR UPDATE SKIP LOCKED
+        ) AS w
         LIMIT least(r.room, :batch_size::int)
     ) AS d
     UNION ALL
     SELECT d.*
     FROM type_room AS t
     CROSS JOIN LATERAL (
-        SELECT id, queue, job_type, priority, run_at
-        FROM jobs
-        WHERE status = 'pending' AND job_type = t.job_type AND run_at <= now()
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-          AND NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                          WHERE q.queue = jobs.queue
-                            AND (q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                 OR q.rate_limit IS NOT NULL))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
-        ORDER BY priority, run_at, id
+        SELECT * FROM (
+            SELECT id, queue, job_type, priority, run_at
+            FROM jobs
+            WHERE status = 'pending' AND job_type = t.job_type AND run_at <= now()
+              -- Only jobs_pending_type_idx has this bound, as the queues' above.
+              AND (job_type, priority) >= (t.job_type, -32768)
+              AND (expires_at IS NULL OR expires_at > now())
+              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+              AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                               WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                                  OR q.rate_limit IS NOT NULL)
+                   OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                                          WHERE q.paused_at IS NOT NULL
+                                             OR q.max_running IS NOT NULL
+                                             OR q.rate_limit IS NOT NULL)))
+              AND (ordering_key IS NULL OR NOT EXISTS (
+                       SELECT FROM jobs AS o
+                       WHERE o.ordering_key = jobs.ordering_key
+                         AND o.status IN ('pending', 'running')
+                         AND (o.status = 'running' OR o.id < jobs.id)))
+            ORDER BY priority, run_at, id
+            LIMIT 1000
+            FOR UPDATE SKIP LOCKED
+        ) AS w
         LIMIT least(t.room, :batch_size::int)
     ) AS d
 ) AS c
@@ -492,7 +532,8 @@ ORDER BY c.priority, c.run_at, c.id
 -- (:room_queues, :queue_rooms; read by flow_rooms under flow_lock), each queue offering
 -- at most a batch, in claim order: job_claim_candidates and job_claim_ids in one statement,
 -- for a drain that declares no rate-limited job type (then no type's room can refuse a
--- candidate, and nothing is left to pick in Python).
+-- candidate, and nothing is left to pick in Python). Each queue's range is read as in
+-- job_claim_candidates (jobs_pending_queue_idx, a window of at most 1,000).
 WITH queue_room AS (
     SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
     WHERE r.room > 0
@@ -500,19 +541,25 @@ WITH queue_room AS (
     SELECT d.id
     FROM queue_room AS r
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
-        FROM jobs
-        WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
-        ORDER BY priority, run_at, id
+        SELECT * FROM (
+            SELECT id, priority, run_at
+            FROM jobs
+            WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
+              -- Only jobs_pending_queue_idx has this bound (true of the queue's every job):
+              -- no plan walks jobs_pending_idx filtered by queue.
+              AND (queue, priority) >= (r.queue, -32768)
+              AND (expires_at IS NULL OR expires_at > now())
+              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
+              AND (ordering_key IS NULL OR NOT EXISTS (
+                       SELECT FROM jobs AS o
+                       WHERE o.ordering_key = jobs.ordering_key
+                         AND o.status IN ('pending', 'running')
+                         AND (o.status = 'running' OR o.id < jobs.id)))
+            ORDER BY priority, run_at, id
+            LIMIT 1000
+            FOR UPDATE SKIP LOCKED
+        ) AS w
         LIMIT least(r.room, :batch_size::int)
-        FOR UPDATE SKIP LOCKED
     ) AS d
     ORDER BY d.priority, d.run_at, d.id
     LIMIT :batch_size::int
@@ -536,26 +583,44 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_fair
 -- Claim up to :batch_size due jobs taking from each tenant in turn, while pending jobs name
--- tenants: each tenant's first jobs (and those of jobs without a tenant, one more group) are
--- ranked within the group, and the claim takes every group's first before any group's
--- second, so a tenant's flood never holds another's job back more than one claim. The
--- tenants are found by skipping through jobs_pending_tenant_idx (one probe per tenant); each
--- group offers at most its share of the batch. Otherwise as job_claim_batch (the same jobs
--- are left out). Jobs without a tenant are looked for among the first 1,000 due jobs of
--- jobs_pending_idx only: a bounded read whatever the flood (give every job of a shared queue a
--- tenant; an untenanted job behind 1,000 tenanted ones waits for them to go).
+-- tenants: each group's first jobs (a tenant's, or those of jobs without a tenant, one more
+-- group) are ranked within the group, and the claim takes every group's first before any
+-- group's second, so a tenant's flood never holds another's job back more than one claim.
+-- Each group offers at most its share of the batch, divided among the groups with a job this
+-- claim may take now: a tenant whose jobs are all scheduled later, in paused, capped or
+-- rate-limited queues, of rate-limited types, or behind their ordering keys takes no share
+-- (1,000 tenants with only later jobs cut a due tenant's claims to one job each: 36 jobs/s
+-- instead of 2,700 on PostgreSQL 15, docs/benchmarks.md).
+-- The tenants with a due job are found by skipping through jobs_pending_tenant_idx (one probe
+-- per such tenant; one whose jobs are all later is passed over inside the index), then
+-- whether each has a job to take among its first 100 due ones, and its share among its first
+-- 1,000 (a tenant whose first 100 due jobs all wait, say in a paused queue, waits with them;
+-- without the window every claim read such a tenant's whole backlog). Otherwise as
+-- job_claim_batch (the same jobs are left out). Jobs without a tenant are looked for among
+-- the first 1,000 due jobs of jobs_pending_idx only: a bounded read whatever the flood (give
+-- every job of a shared queue a tenant; an untenanted job behind 1,000 tenanted ones waits
+-- for them to go).
+-- Costed at about what it reads, so that stock PostgreSQL does not JIT-compile it (above
+-- jit_above_cost, 100,000: 75-700 ms a claim instead of 3; test_claim_plans.py): the
+-- windows are constant LIMITs (a LIMIT the planner cannot read, as the share, it costs at a
+-- tenth of the rows under it: a tenth of a tenant's whole backlog), the groups pass through
+-- an array (the planner counts 10 of them, not the recursive CTE's 101), and the limited
+-- types' filter is written behind an initplan, as the queues': a generic plan's guess for
+-- `job_type <> ALL ($n)` (a few types, 10 unknown ones) kept a row in a thousand. Each
+-- window's outer level has no ORDER BY of its own (the window's order is kept), so that the
+-- planner plans the window for the few rows read from it: an index scan in claim order, not
+-- a sort of the tenant's due jobs.
 WITH RECURSIVE tenants AS (
-    (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
+    (SELECT tenant FROM jobs
+     WHERE status = 'pending' AND tenant IS NOT NULL AND run_at <= now()
      ORDER BY tenant LIMIT 1)
     UNION ALL
     SELECT (SELECT j.tenant FROM jobs AS j
             WHERE j.status = 'pending' AND j.tenant IS NOT NULL AND j.tenant > t.tenant
+              AND j.run_at <= now()
             ORDER BY j.tenant LIMIT 1)
     FROM tenants AS t
     WHERE t.tenant IS NOT NULL
-), share AS (
-    SELECT greatest(1, ceil(:batch_size::numeric / (count(*) + 1)))::int AS n
-    FROM tenants WHERE tenant IS NOT NULL
 ), claimable AS NOT MATERIALIZED (
     -- What the plain claim may take, written once: inlined into each reader below (NOT
     -- MATERIALIZED), so each reads its own index range, never the whole set.
@@ -570,36 +635,119 @@ WITH RECURSIVE tenants AS (
            OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
                                   WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
                                      OR q.rate_limit IS NOT NULL)))
-      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
+      AND ((SELECT :limited_types::text[] IS NULL)
+           OR job_type <> ALL (:limited_types::text[]))
       AND (ordering_key IS NULL OR NOT EXISTS (
                SELECT FROM jobs AS o
                WHERE o.ordering_key = jobs.ordering_key
                  AND o.status IN ('pending', 'running')
                  AND (o.status = 'running' OR o.id < jobs.id)))
-), candidates AS (
-    SELECT c.*
+), untenanted AS NOT MATERIALIZED (
+    SELECT id, priority, run_at
+    FROM (SELECT * FROM claimable ORDER BY priority, run_at, id LIMIT 1000) AS ahead
+    WHERE tenant IS NULL
+), groups AS MATERIALIZED (
+    -- The groups with a job to take now, with that first job: each due tenant's (a LATERAL
+    -- ... LIMIT 1, so a probe of its range, never a join that reads every tenant's), and the
+    -- untenanted jobs' first.
+    SELECT g.tenant, first.id, first.priority, first.run_at
     FROM tenants AS g
-    CROSS JOIN share
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at,
-               row_number() OVER (ORDER BY priority, run_at, id) AS turn
-        FROM claimable
-        WHERE tenant = g.tenant
-        ORDER BY priority, run_at, id
-        LIMIT share.n
-    ) AS c
+        SELECT w.id, w.priority, w.run_at
+        FROM (SELECT id, priority, run_at, queue, job_type, lost_claims, expires_at,
+                     ordering_key
+              FROM jobs
+              WHERE status = 'pending' AND tenant = g.tenant AND run_at <= now()
+                -- A bound of jobs_pending_tenant_idx only (true of every job of the
+                -- tenant): without it, jobs_pending_idx's walk filtered by tenant could be
+                -- the cheaper plan, and read a flood to reach a small tenant's job.
+                AND (tenant, priority) >= (g.tenant, -32768)
+              ORDER BY priority, run_at, id
+              LIMIT 100) AS w
+        WHERE w.lost_claims = 0
+          AND (w.expires_at IS NULL OR w.expires_at > now())
+          AND (:queues::text[] IS NULL OR w.queue = ANY (:queues::text[]))
+          AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                           WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                              OR q.rate_limit IS NOT NULL)
+               OR w.queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                                        WHERE q.paused_at IS NOT NULL
+                                           OR q.max_running IS NOT NULL
+                                           OR q.rate_limit IS NOT NULL)))
+          AND ((SELECT :limited_types::text[] IS NULL)
+               OR w.job_type <> ALL (:limited_types::text[]))
+          AND (w.ordering_key IS NULL OR NOT EXISTS (
+                   SELECT FROM jobs AS o
+                   WHERE o.ordering_key = w.ordering_key
+                     AND o.status IN ('pending', 'running')
+                     AND (o.status = 'running' OR o.id < w.id)))
+        LIMIT 1
+    ) AS first
     WHERE g.tenant IS NOT NULL
     UNION ALL
+    SELECT NULL, first.id, first.priority, first.run_at
+    FROM (SELECT id, priority, run_at FROM untenanted
+          ORDER BY priority, run_at, id LIMIT 1) AS first
+), share AS (
+    -- No group at all: 1, and nothing to take (nullif: never a division by zero).
+    SELECT greatest(1, ceil(:batch_size::numeric / nullif(count(*), 0)))::int AS n
+    FROM groups
+), candidates AS (
+    -- Every group's first job (its turn 1, found above), then each group's next ones after
+    -- it, up to its share (none when the share is 1: then each group was read once).
+    SELECT id, priority, run_at, 1::bigint AS turn FROM groups
+    UNION ALL
     SELECT c.*
-    FROM share
+    FROM (SELECT array_agg(tenant) AS tenants, array_agg(priority) AS priorities,
+                 array_agg(run_at) AS run_ats, array_agg(id) AS ids
+          FROM groups WHERE tenant IS NOT NULL) AS a
+    CROSS JOIN unnest(a.tenants, a.priorities, a.run_ats, a.ids)
+         AS g(tenant, priority, run_at, id)
+    CROSS JOIN share
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at,
-               row_number() OVER (ORDER BY priority, run_at, id) AS turn
-        FROM (SELECT * FROM claimable ORDER BY priority, run_at, id LIMIT 1000) AS ahead
-        WHERE tenant IS NULL
-        ORDER BY priority, run_at, id
-        LIMIT share.n
+        SELECT w.id, w.priority, w.run_at,
+               row_number() OVER (ORDER BY w.priority, w.run_at, w.id) + 1 AS turn
+        FROM (SELECT id, priority, run_at, queue, job_type, lost_claims, expires_at,
+                     ordering_key
+              FROM jobs
+              WHERE status = 'pending' AND tenant = g.tenant AND run_at <= now()
+                -- With the tenant in the row, a bound of jobs_pending_tenant_idx only: a
+                -- bare (priority, run_at, id) made jobs_pending_idx's walk the cheaper plan.
+                AND (tenant, priority, run_at, id) > (g.tenant, g.priority, g.run_at, g.id)
+              ORDER BY priority, run_at, id
+              LIMIT 1000) AS w
+        WHERE w.lost_claims = 0
+          AND (w.expires_at IS NULL OR w.expires_at > now())
+          AND (:queues::text[] IS NULL OR w.queue = ANY (:queues::text[]))
+          AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
+                           WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                              OR q.rate_limit IS NOT NULL)
+               OR w.queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                                        WHERE q.paused_at IS NOT NULL
+                                           OR q.max_running IS NOT NULL
+                                           OR q.rate_limit IS NOT NULL)))
+          AND ((SELECT :limited_types::text[] IS NULL)
+               OR w.job_type <> ALL (:limited_types::text[]))
+          AND (w.ordering_key IS NULL OR NOT EXISTS (
+                   SELECT FROM jobs AS o
+                   WHERE o.ordering_key = w.ordering_key
+                     AND o.status IN ('pending', 'running')
+                     AND (o.status = 'running' OR o.id < w.id)))
+        LIMIT share.n - 1
     ) AS c
+    UNION ALL
+    SELECT c.*
+    FROM groups AS g
+    CROSS JOIN share
+    CROSS JOIN LATERAL (
+        SELECT u.id, u.priority, u.run_at,
+               row_number() OVER (ORDER BY u.priority, u.run_at, u.id) + 1 AS turn
+        FROM untenanted AS u
+        WHERE (u.priority, u.run_at, u.id) > (g.priority, g.run_at, g.id)
+        ORDER BY u.priority, u.run_at, u.id
+        LIMIT share.n - 1
+    ) AS c
+    WHERE g.tenant IS NULL
 ), due AS MATERIALIZED (
     -- The ids as an array too: joined by id alone, the planner guessed thousands of
     -- candidates and read the whole table in a hash join (21 ms a claim behind 100,000 jobs).
@@ -967,13 +1115,30 @@ SELECT count(*)::int AS purged FROM purged
 -- name: job_purge_finished_batch
 -- Delete up to :limit :status jobs (done or failed) finished more than :older_than_seconds
 -- ago, oldest first, and count them: `pgdrain purge` repeats it until none is left, so no
--- transaction holds many rows.
+-- transaction holds many rows. One branch per status, each naming it as a literal, so that
+-- even a generic plan reads only that status's partial index (`status = :status` read the
+-- whole table); the two other branches' :status test is false and they read nothing.
 WITH purged AS (
     DELETE FROM jobs
     WHERE id = ANY(ARRAY(
-        SELECT id
-        FROM jobs
-        WHERE status = :status::text
+        SELECT id FROM jobs
+        WHERE status = 'done' AND :status::text = 'done'
+          AND coalesce(finished_at, updated_at)
+              < now() - make_interval(secs => :older_than_seconds::float8)
+        ORDER BY coalesce(finished_at, updated_at)
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ) || ARRAY(
+        SELECT id FROM jobs
+        WHERE status = 'failed' AND :status::text = 'failed'
+          AND coalesce(finished_at, updated_at)
+              < now() - make_interval(secs => :older_than_seconds::float8)
+        ORDER BY coalesce(finished_at, updated_at)
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ) || ARRAY(
+        SELECT id FROM jobs
+        WHERE status = 'cancelled' AND :status::text = 'cancelled'
           AND coalesce(finished_at, updated_at)
               < now() - make_interval(secs => :older_than_seconds::float8)
         ORDER BY coalesce(finished_at, updated_at)
@@ -1060,7 +1225,9 @@ FROM (
 -- name: jobs_tenanted
 -- Whether pending jobs name tenants: an index probe of jobs_pending_tenant_idx (empty unless
 -- tenants are used). A drain that did not know asks when its plain claim comes back short.
-SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL) AS tenants
+-- Ordered by the index, as janitor_try_lock's probe: an EXISTS was planned as a sequential scan.
+SELECT (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
+        ORDER BY tenant LIMIT 1) IS NOT NULL AS tenants
 
 -- name: jobs_vacuum
 -- Vacuum the jobs table now, skipping it if another vacuum holds it. Outside any transaction.

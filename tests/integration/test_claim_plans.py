@@ -1,0 +1,256 @@
+"""The plans of the statements a drain runs every pass, on a table shaped like a real queue's.
+
+Stock PostgreSQL (12 and later) compiles a statement's plan with LLVM when the plan's estimated
+total cost passes jit_above_cost (100,000): tens to hundreds of milliseconds of compiling for a
+statement that runs in a few, under the row locks of a claim. The embedded test server has no
+JIT, so a plan the rest of the suite finds fast can be 100 times slower on a user's server.
+Every statement here is explained with realistic parameters, as a custom plan and as the
+generic plan a prepared statement may switch to after five runs, under the server's own JIT
+settings (never turned off in this session), and must cost less than jit_above_cost, carry no
+JIT section and read no part of jobs by a sequential scan.
+
+The table: 100,000 rows from one INSERT ... SELECT, then ANALYZE, so that the planner's
+statistics are those of a busy queue: a history of done, failed and cancelled jobs, running
+jobs (some past their lease), and pending ones, most due, some scheduled later, naming 20
+tenants or none, some keyed, some expiring, some in a capped, a rate-limited or a paused queue,
+some of a rate-limited job type.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pytest
+
+from pgdrain.db import connect, with_database
+from pgdrain.sql import QUERIES
+
+ROWS = 100_000
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+BATCH = "100"
+LEASE = "960"
+# A batch of 100 (EXECUTE takes no subquery: the arrays are literals).
+IDS = "'{" + ",".join(str(i) for i in range(50_001, 50_101)) + "}'"
+TOKENS = "'{" + ",".join(str(uuid.UUID(int=i)) for i in range(1, 101)) + "}'"
+NULLS = "'{" + ",".join(["NULL"] * 100) + "}'"
+
+# Each statement a drain may run on a pass and that reads jobs or the queues' tables, with
+# the parameters a drain passes (SQL literals): the janitor's, the claims', the finishing
+# writes', the schedules' enqueue, the fan-out's and the metrics'.
+STATEMENTS: dict[str, dict[str, str]] = {
+    "flow_limited_due": {"queues": "'{capped}'", "job_types": "'{rated}'",
+                         "only_queues": "NULL"},
+    "flow_queue_lock": {},
+    "flow_rooms": {"queues": "'{capped,limited}'", "job_types": "'{rated}'"},
+    "flow_type_lock": {"job_types": "'{rated}'"},
+    "janitor_expire_batch": {"limit": "1000"},
+    "janitor_select_expired": {"limit": "1000"},
+    "janitor_try_lock": {"lock_key": "8101821290853248513"},
+    "job_backlog": {"cap": "10000"},
+    "job_claim_alone": {"lease_seconds": LEASE, "queues": "NULL",
+                        "limited_types": "'{rated}'"},
+    "job_claim_batch": {"batch_size": BATCH, "lease_seconds": LEASE, "queues": "NULL",
+                        "limited_types": "'{rated}'"},
+    "job_claim_candidates": {"batch_size": BATCH, "room_queues": "'{capped,limited}'",
+                             "queue_rooms": "'{10,50}'", "room_types": "'{rated}'",
+                             "type_rooms": "'{50}'", "queues": "NULL"},
+    "job_claim_controlled": {"batch_size": BATCH, "lease_seconds": LEASE,
+                             "room_queues": "'{capped,limited}'", "queue_rooms": "'{10,50}'",
+                             "queues": "NULL"},
+    "job_claim_fair": {"batch_size": BATCH, "lease_seconds": LEASE, "queues": "NULL",
+                       "limited_types": "'{rated}'"},
+    "job_claim_ids": {"ids": IDS, "lease_seconds": LEASE},
+    "job_complete_batch": {"ids": IDS, "tokens": TOKENS},
+    "job_control_sync": {"ids": IDS, "tokens": TOKENS, "progress": NULLS},
+    "job_enqueue_batch": {"job_types": "'{" + ",".join(["export"] * 100) + "}'",
+                          "payloads": "'{" + ",".join(['"{}"'] * 100) + "}'",
+                          "queues": "'{" + ",".join(["default"] * 100) + "}'",
+                          "priorities": "'{" + ",".join(["0"] * 100) + "}'",
+                          "max_attempts": "'{" + ",".join(["3"] * 100) + "}'",
+                          "run_ats": NULLS, "delays": "'{" + ",".join(["0"] * 100) + "}'",
+                          "dedupe_keys": NULLS, "expires_ats": NULLS, "ttls": NULLS,
+                          "ordering_keys": "NULL", "tenants": "NULL"},
+    "job_finish_batch": {"ids": IDS, "tokens": TOKENS,
+                         "outcomes": "'{" + ",".join(["retry"] * 100) + "}'",
+                         "delays": "'{" + ",".join(["2"] * 100) + "}'",
+                         "errors": "'{" + ",".join(["boom"] * 100) + "}'", "results": NULLS},
+    "job_purge_dead_batch": {"retention_seconds": "2592000", "limit": "1000"},
+    "job_purge_done_batch": {"retention_seconds": "604800", "limit": "1000"},
+    "job_purge_finished_batch": {"status": "'done'", "older_than_seconds": "604800",
+                                 "limit": "1000"},
+    "jobs_due_count": {"limit": "4000", "queues": "NULL", "limited_types": "'{rated}'"},
+    "jobs_tenanted": {},
+}
+
+# Pending jobs (i % 100 >= 44) are due, but one in ten scheduled up to an hour ahead; two
+# thirds name one of 20 tenants; their run_at follows their id, as a queue's does.
+FILL = f"""
+INSERT INTO jobs (job_type, queue, status, run_at, created_at, finished_at, updated_at,
+                  claimed_at, lease_expires_at, lease_token, attempts, lost_claims,
+                  expires_at, ordering_key, tenant)
+SELECT CASE WHEN i % 10 = 3 THEN 'rated' ELSE 'export' END,
+       CASE i % 25 WHEN 0 THEN 'capped' WHEN 1 THEN 'limited' WHEN 2 THEN 'paused'
+            ELSE 'default' END,
+       CASE WHEN i % 100 < 40 THEN 'done' WHEN i % 100 < 42 THEN 'failed'
+            WHEN i % 100 = 42 THEN 'cancelled' WHEN i % 100 = 43 THEN 'running'
+            ELSE 'pending' END,
+       t.at + CASE WHEN i % 100 >= 90 THEN (i % 3600) * interval '1 second'
+                   ELSE interval '0' END,
+       t.at, CASE WHEN i % 100 < 43 THEN t.at END, t.at,
+       CASE WHEN i % 100 = 43 THEN t.at END,
+       CASE WHEN i % 1000 = 43 THEN t.at + interval '16 minutes'
+            WHEN i % 100 = 43 THEN now() + interval '16 minutes' END,
+       CASE WHEN i % 100 = 43 THEN gen_random_uuid() END,
+       CASE WHEN i % 100 < 44 THEN 1 ELSE 0 END,
+       CASE WHEN i % 1000 = 444 THEN 1 ELSE 0 END,
+       CASE WHEN i % 30 = 0 AND i % 100 >= 44 THEN t.at + interval '1 hour' END,
+       CASE WHEN i % 50 = 7 AND i % 100 >= 44 THEN 'key-' || (i % 100) END,
+       CASE WHEN i % 3 <> 0 AND i % 100 >= 44 THEN 'tenant-' || (i % 20) END
+FROM generate_series(1, {ROWS}) AS i,
+     LATERAL (SELECT now() - ({ROWS} - i) * interval '10 seconds') AS t(at)
+"""
+
+
+@pytest.fixture(scope="module", params=["small tables never analyzed", "all analyzed"])
+def queue_url(request: Any, server_url: str, template_database: str) -> Any:
+    """A database of this module's own (cloned from the migrated template), filled once. The
+    queues' and types' tables of a few rows are never analyzed by autovacuum (the planner
+    then guesses hundreds of rows in them), or analyzed by hand."""
+    name = f"pgdrain_plans_{uuid.uuid4().hex[:12]}"
+    admin = connect(server_url)
+    admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.run(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    url = with_database(server_url, name)
+    conn = connect(url)
+    try:
+        conn.run(FILL)
+        conn.run("INSERT INTO pgdrain_queues (queue, max_running) VALUES ('capped', 10)")
+        conn.run("INSERT INTO pgdrain_queues (queue, rate_limit, rate_period) "
+                 "VALUES ('limited', 50, 1)")
+        conn.run("INSERT INTO pgdrain_queues (queue, paused_at) VALUES ('paused', now())")
+        conn.run("INSERT INTO pgdrain_type_rates (job_type, rate_limit, rate_period) "
+                 "VALUES ('rated', 50, 1)")
+        conn.run("VACUUM ANALYZE jobs")
+        if request.param == "all analyzed":
+            conn.run("ANALYZE pgdrain_queues")
+            conn.run("ANALYZE pgdrain_type_rates")
+    finally:
+        conn.close()
+    try:
+        yield url
+    finally:
+        admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(scope="module")
+def explainer(queue_url: str) -> Any:
+    conn = connect(queue_url)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def explain(conn: Any, name: str, mode: str) -> dict[str, Any]:
+    """EXPLAIN (FORMAT JSON) of the statement prepared as the drain prepares it (its
+    parameters untyped but for the casts), run with the STATEMENTS parameters as a custom or
+    a generic plan."""
+    params = list(dict.fromkeys(_PARAM.findall(QUERIES[name])))
+    text = _PARAM.sub(lambda m: f"${params.index(m[1]) + 1}", QUERIES[name])
+    conn.run(f"SET plan_cache_mode = force_{mode}_plan")
+    conn.run(f"PREPARE plan_check AS {text}")
+    try:
+        arguments = ", ".join(STATEMENTS[name][p] for p in params)
+        [[[plan]]] = conn.run("EXPLAIN (FORMAT JSON) EXECUTE plan_check"
+                              + (f"({arguments})" if arguments else ""))
+    finally:
+        conn.run("DEALLOCATE plan_check")
+    return plan
+
+
+def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [node]
+    for child in node.get("Plans", []):
+        found.extend(nodes(child))
+    return found
+
+
+def test_the_session_keeps_the_servers_jit_settings(explainer):
+    # What the plans are checked under: the server's own settings, whatever they are.
+    rows = explainer.run("SELECT name FROM pg_settings WHERE name IN ('jit', 'jit_above_cost') "
+                         "AND setting IS DISTINCT FROM reset_val")
+    assert rows == []
+
+
+# jobs_due_count is being rewritten on another branch (its count may be planned as a
+# sequential scan that stops after :limit due jobs): it is checked, but not yet required.
+PENDING = {"jobs_due_count"}
+
+
+@pytest.mark.parametrize("mode", ["custom", "generic"])
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(reason="rewritten on another branch", strict=False))
+    if n in PENDING else n for n in sorted(STATEMENTS)])
+def test_a_drain_statement_plans_cheaply_and_reads_no_whole_table(explainer, name, mode):
+    [[above]] = explainer.run("SELECT current_setting('jit_above_cost')::float8")
+    plan = explain(explainer, name, mode)
+    top = plan["Plan"]
+    shape = ", ".join(f"{n['Node Type']} {n.get('Index Name') or n.get('Relation Name') or ''}"
+                      f"({n['Total Cost']:.0f})".replace(" (", "(") for n in nodes(top))
+    assert "JIT" not in plan, f"{name} ({mode}) would be JIT-compiled: {shape}"
+    assert top["Total Cost"] <= min(above, 100_000), (
+        f"{name} ({mode}) costs {top['Total Cost']:,.0f}: {shape}")
+    scans = [n for n in nodes(top)
+             if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"]
+    assert not scans, f"{name} ({mode}) reads jobs by a sequential scan: {shape}"
+
+
+# flow_*: these write a window or declare rates by primary key, of a few rows.
+NOT_EXPLAINED = {"flow_queue_starts", "flow_type_starts", "flow_type_rates_declare"}
+
+
+def test_every_claim_statement_of_the_catalogue_is_covered():
+    claims = {n for n in QUERIES if n.startswith(("job_claim_", "janitor_", "job_purge_",
+                                                  "flow_"))}
+    missing = sorted(claims - set(STATEMENTS) - NOT_EXPLAINED)
+    assert not missing, f"explain these in STATEMENTS too: {missing}"
+    assert set(STATEMENTS) <= set(QUERIES)
+
+
+
+@pytest.mark.parametrize("mode", ["custom", "generic"])
+def test_the_fair_claim_reads_each_tenant_through_the_tenant_index(conn, mode):
+    # A tenant's jobs read by a walk of jobs_pending_idx filtered by tenant would cost a
+    # small tenant's probe a flood's backlog. With 10 tenants interleaved over 20,000 jobs,
+    # the planner found that walk the cheaper one.
+    conn.run("INSERT INTO jobs (job_type, tenant) "
+             "SELECT 'export', 'tenant-' || (i % 10) FROM generate_series(1, 20000) AS i")
+    conn.run("VACUUM ANALYZE jobs")
+    plan = explain(conn, "job_claim_fair", mode)
+    by_tenant = [n for n in nodes(plan["Plan"]) if "tenant = " in
+                 f"{n.get('Index Cond', '')} {n.get('Filter', '')}"]
+    assert by_tenant
+    assert {n.get("Index Name") for n in by_tenant} == {"jobs_pending_tenant_idx"}, [
+        (n["Node Type"], n.get("Index Name"), n.get("Index Cond"), n.get("Filter"))
+        for n in by_tenant]
+
+
+@pytest.mark.parametrize("mode", ["custom", "generic"])
+def test_the_controlled_claims_read_each_queue_and_type_through_its_index(conn, mode):
+    # As the tenants': a capped queue's or a rated type's few jobs behind many others must
+    # be one range of their own index, never a walk of jobs_pending_idx.
+    conn.run("INSERT INTO jobs (job_type, queue) "
+             "SELECT 'type-' || (i % 4), 'queue-' || (i % 3) FROM generate_series(1, 20000) AS i")
+    conn.run("VACUUM ANALYZE jobs")
+    for name in ("job_claim_candidates", "job_claim_controlled"):
+        plan = explain(conn, name, mode)
+        for by, index in (("queue = r.queue", "jobs_pending_queue_idx"),
+                          ("job_type = t.job_type", "jobs_pending_type_idx")):
+            read = [n for n in nodes(plan["Plan"])
+                    if by in f"{n.get('Index Cond', '')} {n.get('Filter', '')}"]
+            assert {n.get("Index Name") for n in read} <= {index}, (name, by, [
+                (n["Node Type"], n.get("Index Name"), n.get("Index Cond"), n.get("Filter"))
+                for n in read])
