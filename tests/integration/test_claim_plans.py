@@ -42,9 +42,8 @@ NULLS = "'{" + ",".join(["NULL"] * 100) + "}'"
 STATEMENTS: dict[str, dict[str, str]] = {
     "flow_limited_due": {"queues": "'{capped}'", "job_types": "'{rated}'",
                          "only_queues": "NULL"},
-    "flow_queue_lock": {},
+    "flow_lock": {"job_types": "'{rated}'"},
     "flow_rooms": {"queues": "'{capped,limited}'", "job_types": "'{rated}'"},
-    "flow_type_lock": {"job_types": "'{rated}'"},
     "janitor_expire_batch": {"limit": "1000"},
     "janitor_select_expired": {"limit": "1000"},
     "janitor_try_lock": {"lock_key": "8101821290853248513"},
@@ -185,15 +184,8 @@ def test_the_session_keeps_the_servers_jit_settings(explainer):
     assert rows == []
 
 
-# jobs_due_count is being rewritten on another branch (its count may be planned as a
-# sequential scan that stops after :limit due jobs): it is checked, but not yet required.
-PENDING = {"jobs_due_count"}
-
-
 @pytest.mark.parametrize("mode", ["custom", "generic"])
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason="rewritten on another branch", strict=False))
-    if n in PENDING else n for n in sorted(STATEMENTS)])
+@pytest.mark.parametrize("name", sorted(STATEMENTS))
 def test_a_drain_statement_plans_cheaply_and_reads_no_whole_table(explainer, name, mode):
     [[above]] = explainer.run("SELECT current_setting('jit_above_cost')::float8")
     plan = explain(explainer, name, mode)
@@ -209,7 +201,7 @@ def test_a_drain_statement_plans_cheaply_and_reads_no_whole_table(explainer, nam
 
 
 # flow_*: these write a window or declare rates by primary key, of a few rows.
-NOT_EXPLAINED = {"flow_queue_starts", "flow_type_starts", "flow_type_rates_declare"}
+NOT_EXPLAINED = {"flow_starts_write", "flow_type_rates_declare"}
 
 
 def test_every_claim_statement_of_the_catalogue_is_covered():

@@ -490,7 +490,6 @@ FROM (
                          AND (o.status = 'running' OR o.id < jobs.id)))
             ORDER BY priority, run_at, id
             LIMIT 1000
-            FOR UPDATE SKIP LOCKED
         ) AS w
         LIMIT least(r.room, :batch_size::int)
     ) AS d
@@ -520,7 +519,6 @@ FROM (
                          AND (o.status = 'running' OR o.id < jobs.id)))
             ORDER BY priority, run_at, id
             LIMIT 1000
-            FOR UPDATE SKIP LOCKED
         ) AS w
         LIMIT least(t.room, :batch_size::int)
     ) AS d
