@@ -19,6 +19,7 @@ some of a rate-limited job type.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from typing import Any
 
@@ -246,3 +247,29 @@ def test_the_controlled_claims_read_each_queue_and_type_through_its_index(conn, 
             assert {n.get("Index Name") for n in read} <= {index}, (name, by, [
                 (n["Node Type"], n.get("Index Name"), n.get("Index Cond"), n.get("Filter"))
                 for n in read])
+
+
+def test_a_pgdrain_session_never_jit_compiles_whatever_the_dba_set(queue_url):
+    """The plans above are cheap under the server's defaults; a pgdrain session also turns
+    JIT off (connection_bound), so a DBA's lower jit_above_cost (or jit_above_cost = 0, as
+    a role or database setting would give) never compiles a claim under its locks."""
+    from pgdrain.db import Connector
+
+    def dba_tuned(timeout: float | None = None) -> Any:
+        conn = connect(queue_url, timeout=timeout)
+        conn.run("SET jit = on")
+        conn.run("SET jit_above_cost = 0")   # as ALTER ROLE ... SET would, before pgdrain's
+        conn.run("SET jit_inline_above_cost = 0")
+        return conn
+
+    connector = Connector(dba_tuned)
+    try:
+        connector.open(time.monotonic() + 30)
+        session = connector.session()
+        assert session.one("connection_ping") == {"alive": 1}
+        conn = session.conn
+        assert conn.run("SHOW jit") == [["off"]]
+        assert explain(conn, "job_claim_fair", "generic").get("JIT") is None
+        assert explain(conn, "job_claim_batch", "custom").get("JIT") is None
+    finally:
+        connector.discard()
