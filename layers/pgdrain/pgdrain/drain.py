@@ -222,10 +222,11 @@ class Launcher(Protocol):
         """Start ``count`` drains; returns how many were started."""
 
 
-# The hooked types each connector (one per warm container) has recorded in
-# pgdrain_hooked_types, so that processes without the job modules (the CLI's janitor) hook
-# their failures too: one statement per cold start, not one per invocation.
-_HOOKS_DECLARED: weakref.WeakKeyDictionary[Connector, tuple[str, ...]] = \
+# What each connector (one per warm container) has recorded of this code's declarations: its
+# hooked types (pgdrain_hooked_types, so that processes without the job modules, the CLI's
+# janitor, hook their failures too). One statement per cold start, not one per invocation (a
+# PostgresStore lives for one invocation).
+_DECLARED: weakref.WeakKeyDictionary[Connector, dict[str, object]] = \
     weakref.WeakKeyDictionary()
 
 
@@ -259,10 +260,8 @@ class PostgresStore:
         return self.connector.session()
 
     def janitor(self, settings: Settings, registry: Registry) -> JanitorResult:
-        # Before the janitor, which may fail a hooked job itself; once per warm connector.
-        if self.hooked and _HOOKS_DECLARED.get(self.connector) != self.hooked:
-            pgstore.declare_hooked_types(self.session(), self.hooked)
-            _HOOKS_DECLARED[self.connector] = self.hooked
+        # Before the janitor, which may fail a hooked job itself.
+        self._declare_once("hooked", self.hooked, pgstore.declare_hooked_types)
         return run_janitor(self.session(), settings, registry)
 
     def vacuum_if_due(self, settings: Settings) -> bool:
@@ -300,10 +299,20 @@ class PostgresStore:
                                         type_rates=self.type_rates)
 
     def _declare_rates(self) -> None:
-        """Write this code's rated types to pgdrain_type_rates, once per connector."""
+        # Once per invocation, not per warm connector: a rated type without its row has no
+        # room (no job of it starts), so a row an operator deleted comes back at once.
         if not self.rates_declared:
             pgstore.declare_type_rates(self.session(), self.type_rates)
             self.rates_declared = True
+
+    def _declare_once(self, what: str, value: Any, write: Callable[[Session, Any], None]
+                      ) -> None:
+        """Write a declaration of this code (``value``; nothing when empty) once per warm
+        connector, and again only if it changed."""
+        done = _DECLARED.setdefault(self.connector, {})
+        if value and done.get(what) != value:
+            write(self.session(), value)
+            done[what] = value
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
         return pgstore.claim_alone(self._claiming(), lease_seconds=lease_seconds, queues=queues,

@@ -161,10 +161,8 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
         if not locked["queue"] and not locked["type"]:
             return ControlledClaim([])
         rooms = _rooms(session, locked["queue"], locked["type"])
-        # A rated type whose row another drain holds may not start here at all.
-        type_room = {t: 0 for t in types} | rooms.type_room
         rows = _claim_within(session, batch_size, lease_seconds, queues, rooms.queue_room,
-                             type_room if types else {})
+                             _type_room(types, rooms))
         started: dict[tuple[str, str], int] = {}
         rated: dict[int, float] = {}
         for row in rows:
@@ -216,6 +214,12 @@ def _rooms(session: Session, queues: list[str] | None, types: list[str]) -> _Roo
                       starts=starts, now=rooms.now,
                       slack=0.0 if rate is None else flow.start_slack(rate))
     return rooms
+
+
+def _type_room(types: Sequence[str], rooms: _Rooms) -> dict[str, int]:
+    """Each rated type's room: none for one whose row another drain holds (or that is not
+    declared), so that no job of it starts here, in its own queue or a capped one."""
+    return {t: 0 for t in types} | rooms.type_room
 
 
 def _write_windows(session: Session, rooms: _Rooms, started: dict[tuple[str, str], int]
@@ -272,8 +276,7 @@ def controlled_due(conn: Any, *, limit: int, queues: Sequence[str] | None = None
     rooms = _rooms(session, None, types)
     if not rooms.queue_room and not rooms.type_room:
         return 0
-    type_room = {t: 0 for t in types} | rooms.type_room  # undeclared: none may start
-    return len(_chosen(session, limit, queues, rooms.queue_room, type_room))
+    return len(_chosen(session, limit, queues, rooms.queue_room, _type_room(types, rooms)))
 
 
 def limited_due(conn: Any, *, queues: Sequence[str], job_types: Sequence[str],
