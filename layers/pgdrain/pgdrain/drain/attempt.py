@@ -97,6 +97,8 @@ def run_inline(attempt: Attempt, limits: TimeLimits) -> Ended:
         return _call_limited(limits, handler, timeout, *args)
 
     transaction = attempt.transaction
+    value: Any = None
+    error: BaseException | None = None
     try:
         if transaction is not None:
             value = transaction.run(lambda conn: call(job, conn), timeout)
@@ -104,12 +106,11 @@ def run_inline(attempt: Attempt, limits: TimeLimits) -> Ended:
             value = call(job)
     # HandlerTimeout is a BaseException: unnamed, it would end the invocation instead.
     except (Exception, HandlerTimeout) as exc:
-        return Ended(job, handler, attempt.started, time.monotonic() - attempt.started,
-                     error=exc)
-    ended = time.monotonic()
+        error = exc
+    duration = time.monotonic() - attempt.started
     if not handler.is_async and transaction is None:
-        DURATIONS.record(handler.job_type, ended - attempt.started)
-    return Ended(job, handler, attempt.started, ended - attempt.started, result=value)
+        DURATIONS.record(handler.job_type, duration)
+    return Ended(job, handler, attempt.started, duration, result=value, error=error)
 
 
 def _call_limited(limits: TimeLimits, handler: Handler, timeout: float, *args: Any) -> Any:
