@@ -9,7 +9,7 @@ every claim is finished by the drain that made it.
 Checked: every job ends done or failed; each attempt of each job ran exactly once and the
 executions of a job never overlap in time (each ended before the next one started); attempts
 never exceed max_attempts; every attempt's record in the table matches its execution; and the
-drains' summaries add up to the table (the identities follow from drain.py: each claim spends
+drains' summaries add up to the table (the identities follow from pgdrain.drain: each claim spends
 an attempt and ends in exactly one outcome; release and snooze refund the attempt; retry, fail
 and the janitor's reclaim each append one ``errors`` entry).
 """

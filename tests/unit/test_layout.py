@@ -1,55 +1,53 @@
-"""The layout holds: the functions stay thin roots that nothing imports, bench/ is never a
-dependency, and the layer ships the library and the job modules only. (The import contracts
-between pgdrain's rooms are import-linter's, in `make lint`.)"""
+"""The library's rooms stay small enough to read: line limits per module, and the drain
+package (pgdrain/drain/) with its own stricter rules (see its ruff.toml for complexity)."""
 
 from __future__ import annotations
 
-import re
+import tomllib
 from pathlib import Path
 
-import pytest
+LIBRARY = Path(__file__).resolve().parents[2] / "layers" / "pgdrain" / "pgdrain"
+DRAIN = LIBRARY / "drain"
 
-ROOT = Path(__file__).resolve().parents[2]
-CODE = [p for top in ("layers", "dev", "functions", "bench", "demo", "tests")
-        for p in (ROOT / top).rglob("*.py")]
+DRAIN_MODULE_LINES = 400
+MODULE_LINES = 650
 
-
-@pytest.mark.parametrize("function", ["drain", "enqueue", "migrate"])
-def test_each_function_is_wiring_under_80_lines(function):
-    lines = (ROOT / "functions" / function / "app.py").read_text().splitlines()
-    assert len(lines) < 80
-
-
-def test_nothing_imports_the_functions_or_the_benchmarks():
-    importing = re.compile(r"^\s*(?:from|import)\s+(?:functions|bench)\b", re.MULTILINE)
-    assert [str(p.relative_to(ROOT)) for p in CODE if importing.search(p.read_text())] == []
+# Modules allowed past MODULE_LINES for now, each with its reason. None of the drain's.
+ALLOWED_LONGER = {
+    # Being split by another branch (the store's rooms); the lead removes it at merge.
+    "store.py",
+}
 
 
-def test_the_functions_import_no_driver():
-    # Failures are classified by pgdrain's own errors (DatabaseUnavailable, ...), not pg8000's.
-    for path in (ROOT / "functions").rglob("*.py"):
-        assert not re.search(r"^\s*(?:from|import)\s+pg8000", path.read_text(), re.MULTILINE), \
-            path
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
 
 
-def test_the_layer_holds_the_library_and_the_job_modules_only():
-    layer = ROOT / "layers" / "pgdrain"
-    packages = {p.name for p in layer.iterdir() if (p / "__init__.py").is_file()}
-    assert packages == {"pgdrain", "pgdrain_jobs"}
+def _modules(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def _pins(name: str) -> dict[str, str]:
-    pins = {}
-    for line in (ROOT / name).read_text().splitlines():
-        line = line.split("#")[0].split(";")[0].strip()
-        if "==" in line:
-            package, version = line.split("==")
-            pins[package.lower().replace("_", "-")] = version
-    return pins
+def test_the_drain_is_a_package_of_small_rooms():
+    assert (DRAIN / "__init__.py").is_file(), "pgdrain.drain is a package"
+    too_long = {p.name: _lines(p) for p in _modules(DRAIN) if _lines(p) > DRAIN_MODULE_LINES}
+    assert too_long == {}, f"drain modules over {DRAIN_MODULE_LINES} lines"
 
 
-def test_the_demo_installs_a_subset_of_the_test_pins():
-    demo, dev = _pins("requirements-demo.txt"), _pins("requirements-dev.txt")
-    assert demo and all(dev.get(package) == version for package, version in demo.items())
-    assert "pytest" not in demo and "-r layers/pgdrain/requirements.txt" in (
-        ROOT / "requirements-demo.txt").read_text()
+def test_no_library_module_is_over_the_limit():
+    too_long = {str(p.relative_to(LIBRARY)): _lines(p) for p in _modules(LIBRARY)
+                if _lines(p) > MODULE_LINES and p.name not in ALLOWED_LONGER}
+    assert too_long == {}, f"modules over {MODULE_LINES} lines"
+    assert not any(name.startswith("drain") for name in ALLOWED_LONGER)
+
+
+def test_the_drain_needs_no_type_ignore():
+    marked = [f"{p.name}:{number}" for p in _modules(DRAIN)
+              for number, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+              if "type: ignore" in line]
+    assert marked == []
+
+
+def test_the_drain_has_its_own_complexity_bar():
+    config = tomllib.loads((DRAIN / "ruff.toml").read_text(encoding="utf-8"))
+    assert config["lint"]["mccabe"]["max-complexity"] == 10
+    assert (DRAIN / config["extend"]).resolve() == LIBRARY.parents[2] / "pyproject.toml"

@@ -71,12 +71,8 @@ class Task:
     ended: float | None = None
     fired_at: float | None = None
     """When its time limit ran out (it may have ended since)."""
-    recorded: bool = False
-    """Its outcome has been handed to the completer (a timeout recorded before it ended)."""
     conn: Any = None
     """A transactional handler's connection while it runs: closed to stop it."""
-    transaction: Any = None
-    """A transactional handler's transaction (the drain's), on its own pooled connection."""
     thread_id: int | None = None
     async_task: asyncio.Task[Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)

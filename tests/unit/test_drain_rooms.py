@@ -1,0 +1,111 @@
+"""The drain's pure rooms on their own: the time budget, admission, the planner's numbers,
+the summary's counts. No store, no clock but the one passed in."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+import pgdrain
+from pgdrain.drain import Count, DrainSummary, Pace, Stop
+from pgdrain.drain.admission import Verdict, admit
+from pgdrain.drain.budget import MIN_CUT_SHORT_SECONDS, Budget, late
+from pgdrain.drain.planner import claim_size, claims_ahead, rate_wait
+from pgdrain.models import Job
+from pgdrain.registry import Registry
+
+
+def budget(usable: float = 10.0, smallest: float = 2.0) -> Budget:
+    return Budget(margin=1.0, lease=60.0, usable=usable, smallest=smallest, io_deadline=0.0)
+
+
+def test_the_first_job_may_start_with_a_second_left_later_ones_need_their_budget():
+    assert budget().least_to_start(0) == MIN_CUT_SHORT_SECONDS
+    assert budget().least_to_start(1) == 2.0
+    # A budget longer than the function can give: half of what it could give, at least 1 s.
+    assert budget(usable=3.0, smallest=30.0).least_to_start(1) == 1.5
+
+
+def test_cut_short_is_for_the_first_job_and_for_budgets_the_function_never_gives():
+    assert budget().cut_short(5.0, left=1.0, started=0)
+    assert not budget().cut_short(5.0, left=0.9, started=0)
+    assert not budget().cut_short(5.0, left=4.0, started=1)  # it fits in another invocation
+    assert budget(usable=3.0).cut_short(30.0, left=1.5, started=1)
+    assert not budget(usable=3.0).cut_short(30.0, left=1.4, started=1)
+
+
+def test_a_rated_job_is_late_only_after_its_start_by():
+    assert not late(None, 100.0) and not late(100.0, 100.0) and late(100.0, 100.1)
+
+
+def _job(job_type: str, **changes) -> Job:
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    return Job(id=1, job_type=job_type, payload={}, attempts=1, max_attempts=3,
+               queue="default", priority=0, run_at=now, created_at=now, claimed_at=now,
+               lease_expires_at=now, lease_token="token", **changes)
+
+
+@pytest.fixture
+def registry() -> Registry:
+    registry = Registry()
+    pgdrain.job("one-at-a-time", registry=registry, concurrency=1, timeout=5)(lambda job: None)
+    return registry
+
+
+def _admit(registry, job, **changes):
+    given = {"default_timeout": 30.0, "budget": budget(), "left": 8.0, "started": 1,
+             "of_type": 0, "late": False, **changes}
+    return admit(job, registry, **given)
+
+
+def test_admission_in_the_order_a_claimed_job_meets_it(registry):
+    assert _admit(registry, _job("nobody")).verdict is Verdict.REFUSE
+    assert "no handler registered for job_type 'nobody'" in str(
+        _admit(registry, _job("nobody")).error)
+    undecodable = _job("one-at-a-time", payload_error="bad JSON")
+    assert str(_admit(registry, undecodable).error) == "undecodable payload: bad JSON"
+    assert _admit(registry, _job("one-at-a-time"), of_type=1).verdict is Verdict.WAIT
+    assert _admit(registry, _job("one-at-a-time"), late=True).verdict is Verdict.RELEASE
+    assert _admit(registry, _job("one-at-a-time"), left=4.0).verdict is Verdict.TOO_LATE
+    start = _admit(registry, _job("one-at-a-time"))
+    assert (start.verdict, start.timeout, start.cut_short) == (Verdict.START, 5.0, False)
+    first = _admit(registry, _job("one-at-a-time"), left=4.0, started=0)
+    assert (first.verdict, first.timeout, first.cut_short) == (Verdict.START, 4.0, True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_claim_grows_with_the_pace_within_the_batch_and_the_room():
+    clock = Clock()
+    pace = Pace(clock)
+    assert claim_size(pace, room=100, free=1, batch_size=10, left=60) == 1  # pace unknown
+    pace.start()
+    for _ in range(10):
+        pace.finish()
+    clock.now = 0.01  # 1,000 jobs a second: 50 finish while a claim is on its way
+    assert claim_size(pace, room=100, free=1, batch_size=10, left=60) == 10
+    assert claim_size(pace, room=3, free=1, batch_size=10, left=60) == 3
+    assert claims_ahead(pace, free=0, ready=10) and not claims_ahead(pace, free=0, ready=60)
+
+
+def test_a_rate_is_waited_for_only_if_a_job_can_still_start_after_it():
+    assert rate_wait(None, left=10, least_to_start=1) is None
+    assert rate_wait(0.5, left=10, least_to_start=1) == pytest.approx(0.51)
+    assert rate_wait(9.5, left=10, least_to_start=1) is None
+
+
+def test_the_summary_counts_typed_and_says_why_it_stopped_in_plain_text():
+    summary = DrainSummary()
+    for count in Count:
+        summary.add(count)
+    summary.stopped = Stop.RATE_LIMITED
+    counts = summary.as_dict()
+    assert [counts[c.value] for c in Count] == [1] * len(Count)
+    assert type(counts["stopped"]) is str and counts["stopped"] == "rate_limited"
