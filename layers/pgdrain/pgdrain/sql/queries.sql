@@ -53,13 +53,16 @@ AND j.cancel_requested_at IS NULL
 AND (:queues::text[] IS NULL OR j.queue = ANY (:queues::text[]))
 
 -- fragment: job_ordering_head(j)
--- The job holds no ordering key, or is its key's head: no job of the key runs and none
--- pending is older (a probe of jobs_ordering_key_live_idx, only for keyed jobs).
-(j.ordering_key IS NULL OR NOT EXISTS (
-     SELECT FROM jobs AS o
-     WHERE o.ordering_key = j.ordering_key
-       AND o.status IN ('pending', 'running')
-       AND (o.status = 'running' OR o.id < j.id)))
+-- The job holds no ordering key, or is its key's head: no live job of the key is older (one
+-- entry of jobs_ordering_key_live_idx, bounded by the job's id) and none of it runs (one of
+-- jobs_ordering_key_running_idx). As one probe for either, it read every live job of the key
+-- and its row, to find a running one among them.
+(j.ordering_key IS NULL
+ OR (NOT EXISTS (SELECT FROM jobs AS o
+                 WHERE o.ordering_key = j.ordering_key AND o.id < j.id
+                   AND o.status IN ('pending', 'running'))
+     AND NOT EXISTS (SELECT FROM jobs AS o
+                     WHERE o.ordering_key = j.ordering_key AND o.status = 'running')))
 
 -- fragment: job_queue_plain(j)
 -- The job's queue is neither paused nor capped nor rate-limited (pgdrain_queues, read once
@@ -78,6 +81,12 @@ AND (:queues::text[] IS NULL OR j.queue = ANY (:queues::text[]))
 -- plan's guess for `job_type <> ALL ($n)` (a few types, 10 unknown ones) kept a row in a
 -- thousand.
 ((SELECT :limited_types::text[] IS NULL) OR j.job_type <> ALL (:limited_types::text[]))
+
+-- fragment: queue_set_any
+-- Whether some queue is paused, capped or rate-limited (then job_queue_plain leaves some
+-- jobs out, and the plain claims read queue by queue).
+EXISTS (SELECT FROM pgdrain_queues AS q
+        WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
 
 -- name: connection_bound
 -- Bound every later statement of this session by the server too: none may run longer than the
@@ -444,16 +453,73 @@ RETURNING {{job_claim_returning(j)}}
 -- UPDATE SKIP LOCKED)` may be re-evaluated by the planner and claim more than n rows.
 -- UPDATE ... RETURNING has no order: the outer SELECT returns the batch in claim order. A job
 -- whose claim was lost before is left to job_claim_alone, and one naming a tenant to
--- job_claim_fair.
-WITH due AS MATERIALIZED (
-    SELECT id
-    FROM jobs
-    WHERE {{job_claimable(jobs)}}
-      AND jobs.lost_claims = 0
-      AND jobs.tenant IS NULL
-    ORDER BY priority, run_at, id
-    LIMIT :batch_size::int
-    FOR UPDATE SKIP LOCKED
+-- job_claim_fair. While no queue is paused, capped or rate-limited, the first claimable jobs
+-- off jobs_pending_idx; else the queues' own: a walk of jobs_pending_idx read every paused
+-- job ahead of the first open one on each claim (4 times slower behind 100,000,
+-- docs/benchmarks.md). Then each other queue with pending jobs (found by skipping through
+-- jobs_pending_queue_idx, one probe a queue) offers its first ones, read unlocked, and the
+-- batch's first :batch_size among them say how many each queue gives; each queue's range is
+-- then read again, locked, up to that many, skipping what another claim holds (so that two
+-- claims at once each fill their batch, and no claim locks more than it takes).
+WITH RECURSIVE queues AS (
+    (SELECT queue FROM jobs
+     WHERE status = 'pending' AND (SELECT {{queue_set_any}})
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j
+            WHERE j.status = 'pending' AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues AS q
+    WHERE q.queue IS NOT NULL
+), open_queues AS (
+    -- Through an array: the planner counts 10 of them, not the recursive CTE's 101.
+    SELECT o.queue
+    FROM unnest(ARRAY(SELECT queue FROM queues WHERE queue IS NOT NULL)) AS o(queue)
+    WHERE {{job_queue_plain(o)}}
+      AND (:queues::text[] IS NULL OR o.queue = ANY (:queues::text[]))
+), shares AS (
+    SELECT first.queue, count(*)::int AS n
+    FROM (SELECT d.queue
+          FROM open_queues AS g
+          CROSS JOIN LATERAL (
+              SELECT queue, priority, run_at, id
+              FROM jobs
+              WHERE {{job_claimable(jobs)}}
+                AND jobs.lost_claims = 0
+                AND jobs.tenant IS NULL
+                AND jobs.queue = g.queue
+                -- A bound of jobs_pending_queue_idx only, as job_claim_controlled's.
+                AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
+              ORDER BY priority, run_at, id
+              LIMIT :batch_size::int) AS d
+          ORDER BY d.priority, d.run_at, d.id
+          LIMIT :batch_size::int) AS first
+    GROUP BY first.queue
+), due AS MATERIALIZED (
+    SELECT plain.id, plain.priority, plain.run_at
+    FROM (SELECT id, priority, run_at
+          FROM jobs
+          WHERE NOT (SELECT {{queue_set_any}})
+            AND {{job_claimable(jobs)}}
+            AND jobs.lost_claims = 0
+            AND jobs.tenant IS NULL
+          ORDER BY priority, run_at, id
+          LIMIT :batch_size::int
+          FOR UPDATE SKIP LOCKED) AS plain
+    UNION ALL
+    SELECT d.id, d.priority, d.run_at
+    FROM shares AS g
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM jobs
+        WHERE {{job_claimable(jobs)}}
+          AND jobs.lost_claims = 0
+          AND jobs.tenant IS NULL
+          AND jobs.queue = g.queue
+          AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
+        ORDER BY priority, run_at, id
+        LIMIT g.n
+        FOR UPDATE SKIP LOCKED) AS d
 ), claimed AS (
     UPDATE jobs AS j
     SET {{job_claim_set(j)}}
@@ -646,22 +712,8 @@ WITH RECURSIVE tenants AS (
     -- MATERIALIZED), so each reads its own index range, never the whole set.
     SELECT id, priority, run_at, tenant
     FROM jobs
-    WHERE status = 'pending' AND run_at <= now() AND lost_claims = 0
-      AND (expires_at IS NULL OR expires_at > now())
-      AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                          OR q.rate_limit IS NOT NULL)
-           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                     OR q.rate_limit IS NOT NULL)))
-      AND ((SELECT :limited_types::text[] IS NULL)
-           OR job_type <> ALL (:limited_types::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
+    WHERE {{job_claimable(jobs)}}
+      AND jobs.lost_claims = 0
 ), untenanted AS NOT MATERIALIZED (
     SELECT id, priority, run_at
     FROM (SELECT * FROM claimable ORDER BY priority, run_at, id LIMIT 1000) AS ahead
@@ -674,8 +726,8 @@ WITH RECURSIVE tenants AS (
     FROM tenants AS g
     CROSS JOIN LATERAL (
         SELECT w.id, w.priority, w.run_at
-        FROM (SELECT id, priority, run_at, queue, job_type, lost_claims, expires_at,
-                     ordering_key
+        FROM (SELECT id, priority, run_at, status, queue, job_type, lost_claims,
+                     expires_at, cancel_requested_at, ordering_key
               FROM jobs
               WHERE status = 'pending' AND tenant = g.tenant AND run_at <= now()
                 -- A bound of jobs_pending_tenant_idx only (true of every job of the
@@ -685,22 +737,7 @@ WITH RECURSIVE tenants AS (
               ORDER BY priority, run_at, id
               LIMIT 100) AS w
         WHERE w.lost_claims = 0
-          AND (w.expires_at IS NULL OR w.expires_at > now())
-          AND (:queues::text[] IS NULL OR w.queue = ANY (:queues::text[]))
-          AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                           WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                              OR q.rate_limit IS NOT NULL)
-               OR w.queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                        WHERE q.paused_at IS NOT NULL
-                                           OR q.max_running IS NOT NULL
-                                           OR q.rate_limit IS NOT NULL)))
-          AND ((SELECT :limited_types::text[] IS NULL)
-               OR w.job_type <> ALL (:limited_types::text[]))
-          AND (w.ordering_key IS NULL OR NOT EXISTS (
-                   SELECT FROM jobs AS o
-                   WHERE o.ordering_key = w.ordering_key
-                     AND o.status IN ('pending', 'running')
-                     AND (o.status = 'running' OR o.id < w.id)))
+          AND {{job_claimable(w)}}
         LIMIT 1
     ) AS first
     WHERE g.tenant IS NOT NULL
@@ -727,8 +764,8 @@ WITH RECURSIVE tenants AS (
     CROSS JOIN LATERAL (
         SELECT w.id, w.priority, w.run_at,
                row_number() OVER (ORDER BY w.priority, w.run_at, w.id) + 1 AS turn
-        FROM (SELECT id, priority, run_at, queue, job_type, lost_claims, expires_at,
-                     ordering_key
+        FROM (SELECT id, priority, run_at, status, queue, job_type, lost_claims,
+                     expires_at, cancel_requested_at, ordering_key
               FROM jobs
               WHERE status = 'pending' AND tenant = g.tenant AND run_at <= now()
                 -- With the tenant in the row, a bound of jobs_pending_tenant_idx only: a
@@ -737,22 +774,7 @@ WITH RECURSIVE tenants AS (
               ORDER BY priority, run_at, id
               LIMIT 1000) AS w
         WHERE w.lost_claims = 0
-          AND (w.expires_at IS NULL OR w.expires_at > now())
-          AND (:queues::text[] IS NULL OR w.queue = ANY (:queues::text[]))
-          AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                           WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                              OR q.rate_limit IS NOT NULL)
-               OR w.queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                        WHERE q.paused_at IS NOT NULL
-                                           OR q.max_running IS NOT NULL
-                                           OR q.rate_limit IS NOT NULL)))
-          AND ((SELECT :limited_types::text[] IS NULL)
-               OR w.job_type <> ALL (:limited_types::text[]))
-          AND (w.ordering_key IS NULL OR NOT EXISTS (
-                   SELECT FROM jobs AS o
-                   WHERE o.ordering_key = w.ordering_key
-                     AND o.status IN ('pending', 'running')
-                     AND (o.status = 'running' OR o.id < w.id)))
+          AND {{job_claimable(w)}}
         LIMIT share.n - 1
     ) AS c
     UNION ALL
@@ -780,17 +802,9 @@ WITH RECURSIVE tenants AS (
     FOR UPDATE OF j SKIP LOCKED
 ), claimed AS (
     UPDATE jobs AS j
-    SET status           = 'running',
-        attempts         = j.attempts + 1,
-        claimed_at       = now(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-        lease_token      = gen_random_uuid(),
-        updated_at       = now()
-    FROM due
-    WHERE j.id = due.id
-    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
-              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key
+    SET {{job_claim_set(j)}}
+    WHERE j.id = ANY (ARRAY(SELECT id FROM due))
+    RETURNING {{job_claim_returning(j)}}
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
