@@ -88,6 +88,28 @@ AND (:queues::text[] IS NULL OR j.queue = ANY (:queues::text[]))
 EXISTS (SELECT FROM pgdrain_queues AS q
         WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
 
+-- fragment: queues_open
+-- CTEs: open_queues, the queues with pending jobs (found by skipping through
+-- jobs_pending_queue_idx, one probe a queue) neither paused nor capped nor rate-limited,
+-- within :queues; read only while some queue is so set (queue_set_any).
+queues AS (
+    (SELECT queue FROM jobs
+     WHERE status = 'pending' AND (SELECT {{queue_set_any}})
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j
+            WHERE j.status = 'pending' AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues AS q
+    WHERE q.queue IS NOT NULL
+), open_queues AS (
+    -- Through an array: the planner counts 10 of them, not the recursive CTE's 101.
+    SELECT o.queue
+    FROM unnest(ARRAY(SELECT queue FROM queues WHERE queue IS NOT NULL)) AS o(queue)
+    WHERE {{job_queue_plain(o)}}
+      AND (:queues::text[] IS NULL OR o.queue = ANY (:queues::text[]))
+)
+
 -- name: connection_bound
 -- Bound every later statement of this session by the server too: none may run longer than the
 -- invocation had left when it began, nor wait for a lock more than a tenth of that, so a
@@ -461,23 +483,8 @@ RETURNING {{job_claim_returning(j)}}
 -- batch's first :batch_size among them say how many each queue gives; each queue's range is
 -- then read again, locked, up to that many, skipping what another claim holds (so that two
 -- claims at once each fill their batch, and no claim locks more than it takes).
-WITH RECURSIVE queues AS (
-    (SELECT queue FROM jobs
-     WHERE status = 'pending' AND (SELECT {{queue_set_any}})
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM jobs AS j
-            WHERE j.status = 'pending' AND j.queue > q.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM queues AS q
-    WHERE q.queue IS NOT NULL
-), open_queues AS (
-    -- Through an array: the planner counts 10 of them, not the recursive CTE's 101.
-    SELECT o.queue
-    FROM unnest(ARRAY(SELECT queue FROM queues WHERE queue IS NOT NULL)) AS o(queue)
-    WHERE {{job_queue_plain(o)}}
-      AND (:queues::text[] IS NULL OR o.queue = ANY (:queues::text[]))
-), shares AS (
+WITH RECURSIVE
+{{queues_open}}, shares AS (
     SELECT first.queue, count(*)::int AS n
     FROM (SELECT d.queue
           FROM open_queues AS g
@@ -1254,23 +1261,36 @@ ORDER BY queue, status
 
 -- name: jobs_due_count
 -- Claimable jobs (job_claimable) the plain, lone and fair claims could take now, counted up to
--- :limit through jobs_pending_idx: a bounded index scan, never a count of the table. Fan-out
--- and continuation only need to know "more than n", and must count exactly what a claim could
--- take: a drain started for a job no claim can take finds nothing and, if its own count says
--- the same, starts another (keyed jobs behind a retrying one made 100 invocations a second).
--- Jobs of capped or rate-limited queues and of rate-limited types are controlled_due's to
--- count, within their room. Also says whether some queue is capped or rate-limited, so the
--- caller knows whether to count those too.
-SELECT count(*)::int AS due,
+-- :limit by bounded index scans, never a count of the table: of jobs_pending_idx while no
+-- queue is paused, capped or rate-limited, else of each other queue's range of
+-- jobs_pending_queue_idx, as job_claim_batch reads (a walk of jobs_pending_idx read every
+-- paused job on each count). Fan-out and continuation only need to know "more than n", and
+-- must count exactly what a claim could take: a drain started for a job no claim can take
+-- finds nothing and, if its own count says the same, starts another (keyed jobs behind a
+-- retrying one made 100 invocations a second). Jobs of capped or rate-limited queues and of
+-- rate-limited types are controlled_due's to count, within their room. Also says whether
+-- some queue is capped or rate-limited, so the caller knows whether to count those too.
+WITH RECURSIVE
+{{queues_open}}
+SELECT least(
+           (SELECT count(*)
+            FROM (SELECT 1 FROM jobs
+                  WHERE NOT (SELECT {{queue_set_any}})
+                    AND {{job_claimable(jobs)}}
+                  LIMIT :limit::int) AS d)
+           + (SELECT coalesce(sum(c.n), 0)
+              FROM open_queues AS g
+              CROSS JOIN LATERAL (
+                  SELECT count(*) AS n
+                  FROM (SELECT 1 FROM jobs
+                        WHERE {{job_claimable(jobs)}}
+                          AND jobs.queue = g.queue
+                          AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
+                        LIMIT :limit::int) AS d) AS c),
+           :limit::int)::int AS due,
        EXISTS (SELECT FROM pgdrain_queues AS q
                WHERE (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
                  AND q.paused_at IS NULL) AS controlled
-FROM (
-    SELECT 1
-    FROM jobs
-    WHERE {{job_claimable(jobs)}}
-    LIMIT :limit::int
-) AS due
 
 -- name: jobs_tenanted
 -- Whether pending jobs name tenants: an index probe of jobs_pending_tenant_idx (empty unless
