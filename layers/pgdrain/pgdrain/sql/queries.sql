@@ -479,30 +479,12 @@ RETURNING {{job_claim_returning(j)}}
 -- off jobs_pending_idx; else the queues' own: a walk of jobs_pending_idx read every paused
 -- job ahead of the first open one on each claim (4 times slower behind 100,000,
 -- docs/benchmarks.md). Then each other queue with pending jobs (found by skipping through
--- jobs_pending_queue_idx, one probe a queue) offers its first ones, read unlocked, and the
--- batch's first :batch_size among them say how many each queue gives; each queue's range is
--- then read again, locked, up to that many, skipping what another claim holds (so that two
--- claims at once each fill their batch, and no claim locks more than it takes).
+-- jobs_pending_queue_idx, one probe a queue) offers its first :batch_size, locked, skipping
+-- what another claim holds, and the batch is the first of them: a claim beside a paused queue
+-- locks up to a batch in each open queue for its statement (read unlocked first, then
+-- locked, the plan cost twice as much and passed jit_above_cost).
 WITH RECURSIVE
-{{queues_open}}, shares AS (
-    SELECT first.queue, count(*)::int AS n
-    FROM (SELECT d.queue
-          FROM open_queues AS g
-          CROSS JOIN LATERAL (
-              SELECT queue, priority, run_at, id
-              FROM jobs
-              WHERE {{job_claimable(jobs)}}
-                AND jobs.lost_claims = 0
-                AND jobs.tenant IS NULL
-                AND jobs.queue = g.queue
-                -- A bound of jobs_pending_queue_idx only, as job_claim_controlled's.
-                AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
-              ORDER BY priority, run_at, id
-              LIMIT :batch_size::int) AS d
-          ORDER BY d.priority, d.run_at, d.id
-          LIMIT :batch_size::int) AS first
-    GROUP BY first.queue
-), due AS MATERIALIZED (
+{{queues_open}}, due AS MATERIALIZED (
     SELECT plain.id, plain.priority, plain.run_at
     FROM (SELECT id, priority, run_at
           FROM jobs
@@ -514,19 +496,28 @@ WITH RECURSIVE
           LIMIT :batch_size::int
           FOR UPDATE SKIP LOCKED) AS plain
     UNION ALL
-    SELECT d.id, d.priority, d.run_at
-    FROM shares AS g
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
-        FROM jobs
-        WHERE {{job_claimable(jobs)}}
-          AND jobs.lost_claims = 0
-          AND jobs.tenant IS NULL
-          AND jobs.queue = g.queue
-          AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
-        ORDER BY priority, run_at, id
-        LIMIT g.n
-        FOR UPDATE SKIP LOCKED) AS d
+    SELECT q.id, q.priority, q.run_at
+    FROM (SELECT d.id, d.priority, d.run_at
+          FROM open_queues AS g
+          CROSS JOIN LATERAL (
+              SELECT * FROM (
+                  SELECT id, priority, run_at
+                  FROM jobs
+                  WHERE {{job_claimable(jobs)}}
+                    AND jobs.lost_claims = 0
+                    AND jobs.tenant IS NULL
+                    AND jobs.queue = g.queue
+                    -- A bound of jobs_pending_queue_idx only, as job_claim_controlled's.
+                    AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
+                  ORDER BY priority, run_at, id
+                  -- A constant window, so that the planner costs what is read (a LIMIT it
+                  -- cannot read it costs at a tenth of the rows under it); rows are locked
+                  -- as the LIMIT above reads them.
+                  LIMIT 1000
+                  FOR UPDATE SKIP LOCKED) AS w
+              LIMIT :batch_size::int) AS d
+          ORDER BY d.priority, d.run_at, d.id
+          LIMIT :batch_size::int) AS q
 ), claimed AS (
     UPDATE jobs AS j
     SET {{job_claim_set(j)}}
@@ -1277,6 +1268,9 @@ SELECT least(
             FROM (SELECT 1 FROM jobs
                   WHERE NOT (SELECT {{queue_set_any}})
                     AND {{job_claimable(jobs)}}
+                  -- Ordered by the index: unordered, the planner read the table from its
+                  -- start (a sequential scan it expected to find :limit due jobs in early).
+                  ORDER BY priority, run_at, id
                   LIMIT :limit::int) AS d)
            + (SELECT coalesce(sum(c.n), 0)
               FROM open_queues AS g
@@ -1286,6 +1280,7 @@ SELECT least(
                         WHERE {{job_claimable(jobs)}}
                           AND jobs.queue = g.queue
                           AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
+                        ORDER BY priority, run_at, id
                         LIMIT :limit::int) AS d) AS c),
            :limit::int)::int AS due,
        EXISTS (SELECT FROM pgdrain_queues AS q
