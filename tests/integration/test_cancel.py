@@ -136,3 +136,15 @@ def test_the_janitor_purges_failed_and_cancelled_jobs_after_their_retention(conn
     assert [r["id"] for r in left] == [ids[1], ids[2], ids[3], ids[5]]
     # Nothing else is ever deleted: pending and running jobs stay whatever their age.
     assert Settings().failed_retention_seconds == 30 * 86400
+
+
+def test_a_pending_job_asked_to_stop_is_neither_claimed_nor_counted_due(conn, sql):
+    # Plain SQL can make a job asked to stop pending again (job_cancel marks running ones):
+    # no claim takes it, and the due count that decides continuation does not count it.
+    ident = pgdrain.enqueue(conn, "export").id
+    sql("UPDATE jobs SET cancel_requested_at = now() WHERE id = :id", id=ident)
+    assert pgdrain.claim(conn, batch_size=10, lease_seconds=60) == []
+    assert pgdrain.claim(conn, batch_size=10, lease_seconds=60, fair=True) == []
+    from pgdrain.store import due_count
+    assert due_count(conn, limit=10) == (0, False)
+    assert pgdrain.get_job(conn, ident)["status"] == "pending"

@@ -273,3 +273,123 @@ def test_a_pgdrain_session_never_jit_compiles_whatever_the_dba_set(queue_url):
         assert explain(conn, "job_claim_batch", "custom").get("JIT") is None
     finally:
         connector.discard()
+
+
+# The shapes that made the plain and fair claims read far more than they take: a paused
+# queue's backlog ahead of the open ones, many tenants, many ordering keys, a big backlog.
+SHAPES = {
+    "paused backlog": [
+        "INSERT INTO jobs (job_type, queue, run_at) SELECT 'export', 'paused', "
+        "now() - interval '1 hour' FROM generate_series(1, 50000)",
+        "INSERT INTO pgdrain_queues (queue, paused_at) VALUES ('paused', now())",
+        "INSERT INTO jobs (job_type) SELECT 'export' FROM generate_series(1, 2000)"],
+    "many tenants": [
+        "INSERT INTO jobs (job_type, tenant) SELECT 'export', 'tenant-' || (i % 1000) "
+        "FROM generate_series(1, 20000) AS i"],
+    "many keys": [
+        "INSERT INTO jobs (job_type, ordering_key) SELECT 'export', 'key-' || (i % 20) "
+        "FROM generate_series(1, 20000) AS i"],
+    "big backlog": [
+        "INSERT INTO jobs (job_type, lost_claims) SELECT 'export', (i % 1000 = 0)::int "
+        "FROM generate_series(1, 100000) AS i"],
+}
+OWN = ("job_claim_alone", "job_claim_batch", "job_claim_fair", "jobs_due_count", "job_backlog")
+
+
+@pytest.fixture(scope="module", params=sorted(SHAPES))
+def shaped(request: Any, server_url: str, template_database: str) -> Any:
+    name = f"pgdrain_shape_{uuid.uuid4().hex[:12]}"
+    admin = connect(server_url)
+    admin.run(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    conn = connect(with_database(server_url, name))
+    try:
+        for statement in SHAPES[request.param]:
+            conn.run(statement)
+        conn.run("VACUUM ANALYZE jobs")
+        yield request.param, conn
+    finally:
+        conn.close()
+        admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+# Still costed past jit_above_cost (each also on 96277a4): the due count's walk of up to
+# :limit claimable jobs, its per-row ordering-key and queue tests costed at every row (and
+# queue by queue, ten queues guessed), and the plain claim's walk past tenanted jobs for the
+# untenanted ones. Open: these fail as written, and are to be fixed, not loosened.
+OPEN = {("big backlog", "jobs_due_count"), ("many keys", "jobs_due_count"),
+        ("many tenants", "jobs_due_count"), ("paused backlog", "jobs_due_count"),
+        ("many tenants", "job_claim_batch")}
+
+
+@pytest.mark.parametrize("mode", ["custom", "generic"])
+@pytest.mark.parametrize("name", OWN)
+def test_a_claim_or_count_plans_cheaply_on_every_shape(shaped, name, mode):
+    shape, conn = shaped
+    try:
+        check_shape(conn, shape, name, mode)
+    except AssertionError:
+        if (shape, name) in OPEN:
+            pytest.xfail(f"open: {name} on {shape} (see OPEN)")
+        raise
+
+
+def check_shape(conn: Any, shape: str, name: str, mode: str) -> None:
+    plan = explain(conn, name, mode)
+    top = plan["Plan"]
+    summary = ", ".join(f"{n['Node Type']} {n.get('Index Name') or n.get('Relation Name') or ''}"
+                        f"({n['Total Cost']:.0f})" for n in nodes(top))
+    assert "JIT" not in plan, f"{name} ({mode}, {shape}) would be JIT-compiled: {summary}"
+    assert top["Total Cost"] <= 100_000, f"{name} ({mode}, {shape}): {summary}"
+    assert not [n for n in nodes(top) if n["Node Type"] == "Seq Scan"
+                and n.get("Relation Name") == "jobs"], f"{name} ({mode}, {shape}): {summary}"
+
+
+def analyzed(conn: Any, name: str, **params: str) -> list[dict[str, Any]]:
+    """The nodes of EXPLAIN ANALYZE of the statement (run, then rolled back)."""
+    text = _PARAM.sub(lambda m: params.get(m[1], STATEMENTS[name].get(m[1], "NULL")),
+                      QUERIES[name])
+    conn.run("BEGIN")
+    try:
+        [[[plan]]] = conn.run("EXPLAIN (ANALYZE, FORMAT JSON) " + text)
+    finally:
+        conn.run("ROLLBACK")
+    return nodes(plan["Plan"])
+
+
+def rows_read(found: list[dict[str, Any]], index: str | None = None) -> int:
+    """Index entries (or rows) of jobs a plan's scans read: kept plus filtered out."""
+    return sum((n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0))
+               * n.get("Actual Loops", 1) for n in found
+               if n.get("Relation Name") == "jobs" and index in (None, n.get("Index Name")))
+
+
+@pytest.mark.parametrize("name", ["job_claim_batch", "jobs_due_count"])
+def test_beside_a_paused_backlog_the_claim_and_the_count_read_what_they_take(conn, name):
+    # Walking jobs_pending_idx, each read the paused queue's 20,000 jobs ahead of the others.
+    conn.run("INSERT INTO jobs (job_type, queue, run_at) SELECT 'export', 'paused', "
+             "now() - interval '1 hour' FROM generate_series(1, 20000)")
+    conn.run("INSERT INTO pgdrain_queues (queue, paused_at) VALUES ('paused', now())")
+    conn.run("INSERT INTO jobs (job_type) SELECT 'export' FROM generate_series(1, 500)")
+    conn.run("VACUUM ANALYZE jobs")
+    assert rows_read(analyzed(conn, name, limit="100", limited_types="NULL")) < 1_000
+
+
+def test_a_fair_claim_reads_the_tenants_it_serves_not_every_tenant(conn):
+    # 1,000 tenants: a claim of 100 probed all of them, each claim.
+    conn.run("INSERT INTO jobs (job_type, tenant) SELECT 'export', 'tenant-' || (i % 1000) "
+             "FROM generate_series(1, 5000) AS i")
+    conn.run("VACUUM ANALYZE jobs")
+    found = analyzed(conn, "job_claim_fair", limited_types="NULL")
+    assert rows_read(found, "jobs_pending_tenant_idx") < 500
+
+
+@pytest.mark.xfail(strict=True, reason="open: 10 keys of 500 still read every entry of "
+                   "jobs_ordering_key_live_idx (planned as one pass over the index)")
+def test_a_keyed_claim_reads_one_entry_of_its_key_per_job(conn):
+    # 10 keys of 500 jobs: the head's test read every live job of its key (and its row).
+    conn.run("INSERT INTO jobs (job_type, ordering_key) SELECT 'export', 'key-' || (i % 10) "
+             "FROM generate_series(1, 5000) AS i")
+    conn.run("VACUUM ANALYZE jobs")
+    found = analyzed(conn, "job_claim_batch", limited_types="NULL")
+    assert rows_read(found, "jobs_ordering_key_live_idx") < 100

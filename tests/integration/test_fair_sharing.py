@@ -101,3 +101,20 @@ def test_a_bad_tenant_is_refused(conn, sql, bad):
     with pytest.raises(pgdrain.InvalidJobError, match="tenant"):
         pgdrain.enqueue(conn, "export", tenant=bad)
     assert sql("SELECT count(*) AS n FROM jobs") == [{"n": 0}]
+
+
+def test_a_tenant_is_served_within_a_lap_of_the_ring_however_new_its_job(conn, sql):
+    # 299 tenants with 5 due jobs each, then one job of another tenant, newest of all: with
+    # claims of 100 it is served within ceil(300 / 100) claims, not once the others' older
+    # jobs are gone (15 claims, had the oldest first jobs gone first).
+    sql("INSERT INTO jobs (job_type, tenant, run_at) SELECT 'export', "
+        "'tenant-' || lpad((i % 299)::text, 3, '0'), now() - interval '1 hour' "
+        "FROM generate_series(1, 1495) AS i")
+    late = pgdrain.enqueue(conn, "export", tenant="late").id
+    claimed: list[int] = []
+    for _ in range(3):
+        claimed += [j.id for j in pgdrain.claim(conn, batch_size=100, lease_seconds=60,
+                                                 fair=True)]
+    assert late in claimed
+    tenants = sql("SELECT count(DISTINCT tenant) AS n FROM jobs WHERE status = 'running'")
+    assert tenants == [{"n": 300}]

@@ -176,3 +176,21 @@ def test_no_claim_starting_after_the_pause_commits_takes_the_queue(database_url,
     [late] = sql("SELECT count(*) AS n FROM jobs WHERE claimed_at >= :t", t=after["t"])
     assert late["n"] == 0
     assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'pending'")[0]["n"] > 0
+
+
+def test_beside_a_paused_backlog_the_open_queues_are_claimed_in_claim_order(conn, sql):
+    # Some queue paused, the claim reads queue by queue: the batch is still the first jobs of
+    # all open queues together, in (priority, run_at, id) order, and counted as such.
+    sql("INSERT INTO jobs (job_type, queue, run_at) "
+        "SELECT 'noop', 'held', now() - interval '1 hour' FROM generate_series(1, 500)")
+    pgdrain.pause(conn, "held")
+    ids = {q: [pgdrain.enqueue(conn, "noop", queue=q, priority=p).id for p in (5, 1, 3)]
+           for q in ("a", "b", "capped")}
+    pgdrain.set_queue(conn, "capped", max_running=5)
+    from pgdrain.store import due_count
+    assert due_count(conn, limit=100) == (6, True)
+    first = pgdrain.claim(conn, batch_size=4, lease_seconds=60)
+    assert [j.id for j in first] == [ids["a"][1], ids["b"][1], ids["a"][2], ids["b"][2]]
+    rest = pgdrain.claim(conn, batch_size=4, lease_seconds=60, queues=["b", "held"])
+    assert [j.id for j in rest] == [ids["b"][0]]
+    assert due_count(conn, limit=100) == (1, True)

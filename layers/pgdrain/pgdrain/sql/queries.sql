@@ -5,6 +5,111 @@
 -- are `:name` (pg8000's native style; pgdrain.sql converts them for DB-API drivers). Entries are
 -- sorted by name. Time always comes from the database (`now()`), never from the caller.
 
+-- Fragments: a filter or clause that several statements share, written once. An entry starts
+-- with `-- fragment: <name>(<row>)` and is used as `{{<name>(<alias>)}}`: pgdrain.sql puts its
+-- text in place at load, `<row>.` written as `<alias>.`, so every statement stays plain SQL
+-- that the planner sees whole. Fragments are sorted by name; each is used somewhere.
+
+-- fragment: job_claim_returning(j)
+-- What every claim returns of each job it claimed (models.Job). The payload comes back as
+-- text, decoded job by job: a row inserted by plain SQL that the driver cannot decode (a
+-- 5,000-digit number, an array nested 3,000 deep) fails alone instead of the whole batch.
+j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts, j.queue,
+j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
+j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
+
+-- fragment: job_claim_set(j)
+-- What every claim writes: running, an attempt spent, the lease stamped with a fresh token;
+-- a job whose claim was lost before (lost_claims > 0) has its start recorded, so that if its
+-- drain dies again, even while decoding it, the janitor knows it was that job and charges it.
+status           = 'running',
+attempts         = j.attempts + 1,
+claimed_at       = now(),
+lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
+lease_token      = gen_random_uuid(),
+started_at       = CASE WHEN j.lost_claims > 0 THEN now() END,
+updated_at       = now()
+
+-- fragment: job_claimable(j)
+-- A job the plain claims (job_claim_batch, job_claim_fair, job_claim_alone) may take now, and
+-- so what the due count counts: due (job_due), of a queue neither paused nor capped nor
+-- rate-limited (job_queue_plain), not of a rate-limited type (job_type_unlimited: the
+-- controlled claim takes those) and the head of its ordering key (job_ordering_head). Which
+-- of these jobs a claim takes (lost claims alone, tenants in turn) is the claim's own filter.
+{{job_due(j)}}
+AND {{job_queue_plain(j)}}
+AND {{job_type_unlimited(j)}}
+AND {{job_ordering_head(j)}}
+
+-- fragment: job_due(j)
+-- Pending and due, within :queues (NULL: all), not past its expires_at (the janitor ends it:
+-- janitor_expire_batch) and not asked to stop (cancel_requested_at, job_cancel: only plain
+-- SQL makes such a job pending again, and it is not run for it). Every claim's filter,
+-- controlled ones included; status and run_at are also each reader's index bounds.
+j.status = 'pending'
+AND j.run_at <= now()
+AND (j.expires_at IS NULL OR j.expires_at > now())
+AND j.cancel_requested_at IS NULL
+AND (:queues::text[] IS NULL OR j.queue = ANY (:queues::text[]))
+
+-- fragment: job_ordering_head(j)
+-- The job holds no ordering key, or is its key's head: no live job of the key is older (one
+-- entry of jobs_ordering_key_live_idx, bounded by the job's id) and none of it runs (one of
+-- jobs_ordering_key_running_idx). As one probe for either, it read every live job of the key
+-- and its row, to find a running one among them.
+(j.ordering_key IS NULL
+ OR (NOT EXISTS (SELECT FROM jobs AS o
+                 WHERE o.ordering_key = j.ordering_key AND o.id < j.id
+                   AND o.status IN ('pending', 'running'))
+     AND NOT EXISTS (SELECT FROM jobs AS o
+                     WHERE o.ordering_key = j.ordering_key AND o.status = 'running')))
+
+-- fragment: job_queue_plain(j)
+-- The job's queue is neither paused nor capped nor rate-limited (pgdrain_queues, read once
+-- per statement). Written as an OR behind "is any queue so set": as the bare
+-- `queue <> ALL (...)`, the planner guessed it kept almost no row and sorted every pending job
+-- on each claim instead of reading the first ones off jobs_pending_idx (bench/plans.py).
+(NOT EXISTS (SELECT FROM pgdrain_queues AS q
+             WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                OR q.rate_limit IS NOT NULL)
+ OR j.queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                          WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                             OR q.rate_limit IS NOT NULL)))
+
+-- fragment: job_type_unlimited(j)
+-- The job's type is not one of :limited_types (NULL: none), behind an initplan: a generic
+-- plan's guess for `job_type <> ALL ($n)` (a few types, 10 unknown ones) kept a row in a
+-- thousand.
+((SELECT :limited_types::text[] IS NULL) OR j.job_type <> ALL (:limited_types::text[]))
+
+-- fragment: queue_set_any
+-- Whether some queue is paused, capped or rate-limited (then job_queue_plain leaves some
+-- jobs out, and the plain claims read queue by queue).
+EXISTS (SELECT FROM pgdrain_queues AS q
+        WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
+
+-- fragment: queues_open
+-- CTEs: open_queues, the queues with pending jobs (found by skipping through
+-- jobs_pending_queue_idx, one probe a queue) neither paused nor capped nor rate-limited,
+-- within :queues; read only while some queue is so set (queue_set_any).
+queues AS (
+    (SELECT queue FROM jobs
+     WHERE status = 'pending' AND (SELECT {{queue_set_any}})
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j
+            WHERE j.status = 'pending' AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues AS q
+    WHERE q.queue IS NOT NULL
+), open_queues AS (
+    -- Through an array: the planner counts 10 of them, not the recursive CTE's 101.
+    SELECT o.queue
+    FROM unnest(ARRAY(SELECT queue FROM queues WHERE queue IS NOT NULL)) AS o(queue)
+    WHERE {{job_queue_plain(o)}}
+      AND (:queues::text[] IS NULL OR o.queue = ANY (:queues::text[]))
+)
+
 -- name: connection_bound
 -- Bound every later statement of this session by the server too: none may run longer than the
 -- invocation had left when it began, nor wait for a lock more than a tenth of that, so a
@@ -344,101 +449,82 @@ LEFT JOIN requested AS r ON r.id = t.id
 ORDER BY t.id
 
 -- name: job_claim_alone
--- Claim one due job whose claim was lost before without a record of its start (lost_claims >
--- 0), alone, recording its start: if its drain dies again, even while decoding it, the janitor
--- knows it was that job and charges it, and no other job shares its claim. Such jobs are rare
--- (jobs_alone_idx is empty otherwise); a drain claims them first when there are any.
+-- Claim one claimable job (job_claimable) whose claim was lost before without a record of its
+-- start (lost_claims > 0), alone, recording its start (job_claim_set): if its drain dies
+-- again, even while decoding it, the janitor knows it was that job and charges it, and no
+-- other job shares its claim. Such jobs are rare (jobs_alone_idx is empty otherwise); a drain
+-- claims them first when there are any.
 WITH alone AS MATERIALIZED (
     SELECT id
     FROM jobs
-    WHERE status = 'pending' AND lost_claims > 0
-      AND run_at <= now()
-      AND (expires_at IS NULL OR expires_at > now())
-      AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                          OR q.rate_limit IS NOT NULL)
-           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                     OR q.rate_limit IS NOT NULL)))
-      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
+    WHERE {{job_claimable(jobs)}}
+      AND jobs.lost_claims > 0
     ORDER BY priority, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
 UPDATE jobs AS j
-SET status           = 'running',
-    attempts         = j.attempts + 1,
-    claimed_at       = now(),
-    lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-    lease_token      = gen_random_uuid(),
-    started_at       = now(),
-    updated_at       = now()
-FROM alone
-WHERE j.id = alone.id
-RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts, j.queue,
-          j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-          j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
+SET {{job_claim_set(j)}}
+WHERE j.id = ANY (ARRAY(SELECT id FROM alone))
+RETURNING {{job_claim_returning(j)}}
 
 -- name: job_claim_batch
--- Claim up to :batch_size due jobs in one statement: lock them with SKIP LOCKED, flip them to
--- running, spend an attempt and stamp the lease. The MATERIALIZED CTE runs the locking SELECT
--- exactly once; `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` may be re-evaluated
--- by the planner and claim more than n rows. UPDATE ... RETURNING has no order: the outer
--- SELECT returns the batch in claim order. The payload comes back as text, decoded job by
--- job: a row inserted by plain SQL that the driver cannot decode (a 5,000-digit number, an
--- array nested 3,000 deep) fails alone instead of the whole batch. A job whose claim was lost
--- before is left to job_claim_alone; one past its expires_at is never claimed (the janitor
--- ends it: janitor_expire_batch), nor one of a paused queue (pgdrain_queues, read once per
--- statement), nor one of a queue or type under a cap or a rate (job_claim_candidates takes
--- those), nor one naming a tenant (job_claim_fair takes those), nor one whose ordering_key is
--- held by a running job or an earlier pending one (the head of each key only: one statement
--- per key, through jobs_ordering_key_live_idx, and only for keyed jobs). The pause filter is
--- an OR behind "is any queue paused": written as the bare `queue <> ALL (...)`, the planner
--- guessed it kept almost no row and sorted every pending job on each claim instead of reading
--- the first ones off jobs_pending_idx (bench/plans.py).
-WITH due AS MATERIALIZED (
-    SELECT id
-    FROM jobs
-    WHERE status = 'pending'
-      AND run_at <= now()
-      AND lost_claims = 0
-      AND (expires_at IS NULL OR expires_at > now())
-      AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                          OR q.rate_limit IS NOT NULL)
-           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                     OR q.rate_limit IS NOT NULL)))
-      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
-      AND tenant IS NULL
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
-    ORDER BY priority, run_at, id
-    LIMIT :batch_size::int
-    FOR UPDATE SKIP LOCKED
+-- Claim up to :batch_size claimable jobs (job_claimable) in one statement: lock them with SKIP
+-- LOCKED, flip them to running, spend an attempt and stamp the lease (job_claim_set). The
+-- MATERIALIZED CTE runs the locking SELECT exactly once; `WHERE id IN (SELECT ... LIMIT n FOR
+-- UPDATE SKIP LOCKED)` may be re-evaluated by the planner and claim more than n rows.
+-- UPDATE ... RETURNING has no order: the outer SELECT returns the batch in claim order. A job
+-- whose claim was lost before is left to job_claim_alone, and one naming a tenant to
+-- job_claim_fair. While no queue is paused, capped or rate-limited, the first claimable jobs
+-- off jobs_pending_idx; else the queues' own: a walk of jobs_pending_idx read every paused
+-- job ahead of the first open one on each claim (4 times slower behind 100,000,
+-- docs/benchmarks.md). Then each other queue with pending jobs (found by skipping through
+-- jobs_pending_queue_idx, one probe a queue) offers its first :batch_size, locked, skipping
+-- what another claim holds, and the batch is the first of them: a claim beside a paused queue
+-- locks up to a batch in each open queue for its statement (read unlocked first, then
+-- locked, the plan cost twice as much and passed jit_above_cost).
+WITH RECURSIVE
+{{queues_open}}, due AS MATERIALIZED (
+    SELECT plain.id, plain.priority, plain.run_at
+    FROM (SELECT id, priority, run_at
+          FROM jobs
+          WHERE NOT (SELECT {{queue_set_any}})
+            AND {{job_claimable(jobs)}}
+            AND jobs.lost_claims = 0
+            AND jobs.tenant IS NULL
+          ORDER BY priority, run_at, id
+          LIMIT :batch_size::int
+          FOR UPDATE SKIP LOCKED) AS plain
+    UNION ALL
+    SELECT q.id, q.priority, q.run_at
+    FROM (SELECT d.id, d.priority, d.run_at
+          FROM open_queues AS g
+          CROSS JOIN LATERAL (
+              SELECT * FROM (
+                  SELECT id, priority, run_at
+                  FROM jobs
+                  WHERE {{job_claimable(jobs)}}
+                    AND jobs.lost_claims = 0
+                    AND jobs.tenant IS NULL
+                    AND jobs.queue = g.queue
+                    -- A bound of jobs_pending_queue_idx only, as job_claim_controlled's.
+                    AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
+                  ORDER BY priority, run_at, id
+                  -- A constant window, so that the planner costs what is read (a LIMIT it
+                  -- cannot read it costs at a tenth of the rows under it); rows are locked
+                  -- as the LIMIT above reads them.
+                  LIMIT 1000
+                  FOR UPDATE SKIP LOCKED) AS w
+              LIMIT :batch_size::int) AS d
+          ORDER BY d.priority, d.run_at, d.id
+          LIMIT :batch_size::int) AS q
 ), claimed AS (
     UPDATE jobs AS j
-    SET status           = 'running',
-        attempts         = j.attempts + 1,
-        claimed_at       = now(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-        lease_token      = gen_random_uuid(),
-        updated_at       = now()
-    FROM due
-    WHERE j.id = due.id
-    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
-              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key
+    SET {{job_claim_set(j)}}
+    -- The ids as an array: joined to the CTE, a generic plan guessed many rows and read the
+    -- whole table in a hash join.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM due))
+    RETURNING {{job_claim_returning(j)}}
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
@@ -580,66 +666,74 @@ WITH queue_room AS (
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_fair
--- Claim up to :batch_size due jobs taking from each tenant in turn, while pending jobs name
--- tenants: each group's first jobs (a tenant's, or those of jobs without a tenant, one more
--- group) are ranked within the group, and the claim takes every group's first before any
--- group's second, so a tenant's flood never holds another's job back more than one claim.
--- Each group offers at most its share of the batch, divided among the groups with a job this
--- claim may take now: a tenant whose jobs are all scheduled later, in paused, capped or
--- rate-limited queues, of rate-limited types, or behind their ordering keys takes no share
--- (1,000 tenants with only later jobs cut a due tenant's claims to one job each: 36 jobs/s
--- instead of 2,700 on PostgreSQL 15, docs/benchmarks.md).
--- The tenants with a due job are found by skipping through jobs_pending_tenant_idx (one probe
--- per such tenant; one whose jobs are all later is passed over inside the index), then
--- whether each has a job to take among its first 100 due ones, and its share among its first
--- 1,000 (a tenant whose first 100 due jobs all wait, say in a paused queue, waits with them;
--- without the window every claim read such a tenant's whole backlog). Otherwise as
--- job_claim_batch (the same jobs are left out). Jobs without a tenant are looked for among
--- the first 1,000 due jobs of jobs_pending_idx only: a bounded read whatever the flood (give
--- every job of a shared queue a tenant; an untenanted job behind 1,000 tenanted ones waits
--- for them to go).
+-- Claim up to :batch_size claimable jobs (job_claimable) taking from each tenant in turn,
+-- while pending jobs name tenants. The tenants are served in a ring, after the last one the
+-- previous fair claim served (pgdrain_fair_turn, whose row fair claims take turns on, each
+-- for its one statement): the first :batch_size tenants after it (wrapping) with a job this
+-- claim may take now, each offering its first, found by skipping through
+-- jobs_pending_tenant_idx; jobs without a tenant are one more group. A tenant whose jobs are
+-- all later, in paused, capped or rate-limited queues, of rate-limited types or behind their
+-- ordering keys is passed over and takes no share. Each group's first jobs are ranked within
+-- the group, and the claim takes every group's first before any group's second, each group
+-- at most its share of the batch, divided among the groups found; the turn then moves to the
+-- last tenant served. So a tenant's flood never holds another's job back more than one lap:
+-- (tenants with work) / :batch_size claims, one claim while there are fewer. Probing every
+-- tenant with a due job on each claim, 1,000 tenants made it 0.34 of the plain claim's rate.
+-- Whether a tenant has a job to take is looked for among its first 100 due ones, and its
+-- share among its first 1,000 (a tenant whose first 100 due jobs all wait, say in a paused
+-- queue, waits with them; without the window every claim read such a tenant's whole
+-- backlog). Jobs without a tenant are looked for among the first 1,000 due jobs of
+-- jobs_pending_idx only: a bounded read whatever the flood (give every job of a shared queue
+-- a tenant; an untenanted job behind 1,000 tenanted ones waits for them to go).
 -- Costed at about what it reads, so that stock PostgreSQL does not JIT-compile it (above
 -- jit_above_cost, 100,000: 75-700 ms a claim instead of 3; test_claim_plans.py): the
 -- windows are constant LIMITs (a LIMIT the planner cannot read, as the share, it costs at a
 -- tenth of the rows under it: a tenth of a tenant's whole backlog), the groups pass through
--- an array (the planner counts 10 of them, not the recursive CTE's 101), and the limited
--- types' filter is written behind an initplan, as the queues': a generic plan's guess for
--- `job_type <> ALL ($n)` (a few types, 10 unknown ones) kept a row in a thousand. Each
--- window's outer level has no ORDER BY of its own (the window's order is kept), so that the
--- planner plans the window for the few rows read from it: an index scan in claim order, not
--- a sort of the tenant's due jobs.
-WITH RECURSIVE tenants AS (
+-- an array (the planner counts 10 of them, not the recursive CTE's 101). Each window's outer
+-- level has no ORDER BY of its own (the window's order is kept), so that the planner plans
+-- the window for the few rows read from it: an index scan in claim order, not a sort of the
+-- tenant's due jobs.
+WITH RECURSIVE turn AS MATERIALIZED (
+    -- Waited for, not skipped: a claim that started from the same turn as the one holding
+    -- it would offer the same tenants' jobs, which that one has taken.
+    SELECT tenant FROM pgdrain_fair_turn FOR UPDATE
+), after AS (
+    -- The tenants with a due job after the turn's ('' before any: a tenant is never empty)...
     (SELECT tenant FROM jobs
      WHERE status = 'pending' AND tenant IS NOT NULL AND run_at <= now()
+       AND tenant > coalesce((SELECT tenant FROM turn), '')
      ORDER BY tenant LIMIT 1)
     UNION ALL
     SELECT (SELECT j.tenant FROM jobs AS j
-            WHERE j.status = 'pending' AND j.tenant IS NOT NULL AND j.tenant > t.tenant
+            WHERE j.status = 'pending' AND j.tenant IS NOT NULL AND j.tenant > a.tenant
               AND j.run_at <= now()
             ORDER BY j.tenant LIMIT 1)
-    FROM tenants AS t
-    WHERE t.tenant IS NOT NULL
+    FROM after AS a
+    WHERE a.tenant IS NOT NULL
+), wrapped AS (
+    -- ...then from the first one up to the turn's, read only if those are too few.
+    (SELECT tenant FROM jobs
+     WHERE status = 'pending' AND tenant IS NOT NULL AND run_at <= now()
+       AND tenant <= (SELECT tenant FROM turn)
+     ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.tenant FROM jobs AS j
+            WHERE j.status = 'pending' AND j.tenant IS NOT NULL AND j.tenant > w.tenant
+              AND j.tenant <= (SELECT tenant FROM turn) AND j.run_at <= now()
+            ORDER BY j.tenant LIMIT 1)
+    FROM wrapped AS w
+    WHERE w.tenant IS NOT NULL
+), tenants AS (
+    SELECT tenant, 0 AS lap FROM after WHERE tenant IS NOT NULL
+    UNION ALL
+    SELECT tenant, 1 FROM wrapped WHERE tenant IS NOT NULL
 ), claimable AS NOT MATERIALIZED (
     -- What the plain claim may take, written once: inlined into each reader below (NOT
     -- MATERIALIZED), so each reads its own index range, never the whole set.
     SELECT id, priority, run_at, tenant
     FROM jobs
-    WHERE status = 'pending' AND run_at <= now() AND lost_claims = 0
-      AND (expires_at IS NULL OR expires_at > now())
-      AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                          OR q.rate_limit IS NOT NULL)
-           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                     OR q.rate_limit IS NOT NULL)))
-      AND ((SELECT :limited_types::text[] IS NULL)
-           OR job_type <> ALL (:limited_types::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
+    WHERE {{job_claimable(jobs)}}
+      AND jobs.lost_claims = 0
 ), untenanted AS NOT MATERIALIZED (
     SELECT id, priority, run_at
     FROM (SELECT * FROM claimable ORDER BY priority, run_at, id LIMIT 1000) AS ahead
@@ -648,12 +742,13 @@ WITH RECURSIVE tenants AS (
     -- The groups with a job to take now, with that first job: each due tenant's (a LATERAL
     -- ... LIMIT 1, so a probe of its range, never a join that reads every tenant's), and the
     -- untenanted jobs' first.
-    SELECT g.tenant, first.id, first.priority, first.run_at
+    SELECT * FROM (
+    SELECT g.tenant, g.lap, first.id, first.priority, first.run_at
     FROM tenants AS g
     CROSS JOIN LATERAL (
         SELECT w.id, w.priority, w.run_at
-        FROM (SELECT id, priority, run_at, queue, job_type, lost_claims, expires_at,
-                     ordering_key
+        FROM (SELECT id, priority, run_at, status, queue, job_type, lost_claims,
+                     expires_at, cancel_requested_at, ordering_key
               FROM jobs
               WHERE status = 'pending' AND tenant = g.tenant AND run_at <= now()
                 -- A bound of jobs_pending_tenant_idx only (true of every job of the
@@ -663,27 +758,13 @@ WITH RECURSIVE tenants AS (
               ORDER BY priority, run_at, id
               LIMIT 100) AS w
         WHERE w.lost_claims = 0
-          AND (w.expires_at IS NULL OR w.expires_at > now())
-          AND (:queues::text[] IS NULL OR w.queue = ANY (:queues::text[]))
-          AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                           WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                              OR q.rate_limit IS NOT NULL)
-               OR w.queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                        WHERE q.paused_at IS NOT NULL
-                                           OR q.max_running IS NOT NULL
-                                           OR q.rate_limit IS NOT NULL)))
-          AND ((SELECT :limited_types::text[] IS NULL)
-               OR w.job_type <> ALL (:limited_types::text[]))
-          AND (w.ordering_key IS NULL OR NOT EXISTS (
-                   SELECT FROM jobs AS o
-                   WHERE o.ordering_key = w.ordering_key
-                     AND o.status IN ('pending', 'running')
-                     AND (o.status = 'running' OR o.id < w.id)))
+          AND {{job_claimable(w)}}
         LIMIT 1
     ) AS first
-    WHERE g.tenant IS NOT NULL
+    -- Read tenant by tenant, in the ring's order, until enough have a job to take.
+    LIMIT :batch_size::int) AS served
     UNION ALL
-    SELECT NULL, first.id, first.priority, first.run_at
+    SELECT NULL, NULL, first.id, first.priority, first.run_at
     FROM (SELECT id, priority, run_at FROM untenanted
           ORDER BY priority, run_at, id LIMIT 1) AS first
 ), share AS (
@@ -705,8 +786,8 @@ WITH RECURSIVE tenants AS (
     CROSS JOIN LATERAL (
         SELECT w.id, w.priority, w.run_at,
                row_number() OVER (ORDER BY w.priority, w.run_at, w.id) + 1 AS turn
-        FROM (SELECT id, priority, run_at, queue, job_type, lost_claims, expires_at,
-                     ordering_key
+        FROM (SELECT id, priority, run_at, status, queue, job_type, lost_claims,
+                     expires_at, cancel_requested_at, ordering_key
               FROM jobs
               WHERE status = 'pending' AND tenant = g.tenant AND run_at <= now()
                 -- With the tenant in the row, a bound of jobs_pending_tenant_idx only: a
@@ -715,22 +796,7 @@ WITH RECURSIVE tenants AS (
               ORDER BY priority, run_at, id
               LIMIT 1000) AS w
         WHERE w.lost_claims = 0
-          AND (w.expires_at IS NULL OR w.expires_at > now())
-          AND (:queues::text[] IS NULL OR w.queue = ANY (:queues::text[]))
-          AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                           WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                              OR q.rate_limit IS NOT NULL)
-               OR w.queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                        WHERE q.paused_at IS NOT NULL
-                                           OR q.max_running IS NOT NULL
-                                           OR q.rate_limit IS NOT NULL)))
-          AND ((SELECT :limited_types::text[] IS NULL)
-               OR w.job_type <> ALL (:limited_types::text[]))
-          AND (w.ordering_key IS NULL OR NOT EXISTS (
-                   SELECT FROM jobs AS o
-                   WHERE o.ordering_key = w.ordering_key
-                     AND o.status IN ('pending', 'running')
-                     AND (o.status = 'running' OR o.id < w.id)))
+          AND {{job_claimable(w)}}
         LIMIT share.n - 1
     ) AS c
     UNION ALL
@@ -758,19 +824,20 @@ WITH RECURSIVE tenants AS (
     FOR UPDATE OF j SKIP LOCKED
 ), claimed AS (
     UPDATE jobs AS j
-    SET status           = 'running',
-        attempts         = j.attempts + 1,
-        claimed_at       = now(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-        lease_token      = gen_random_uuid(),
-        updated_at       = now()
-    FROM due
-    WHERE j.id = due.id
-    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
-              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key
+    SET {{job_claim_set(j)}}
+    WHERE j.id = ANY (ARRAY(SELECT id FROM due))
+    RETURNING {{job_claim_returning(j)}}, j.tenant
+), moved AS (
+    -- The turn moves to the last tenant served, in the ring's order (no claim: it stays).
+    UPDATE pgdrain_fair_turn AS t
+    SET tenant = coalesce((SELECT g.tenant FROM groups AS g
+                           WHERE g.tenant IN (SELECT c.tenant FROM claimed AS c)
+                           ORDER BY g.lap DESC, g.tenant DESC LIMIT 1), t.tenant)
+    RETURNING 1
 )
-SELECT * FROM claimed ORDER BY priority, run_at, id
+SELECT id, job_type, payload, attempts, max_attempts, queue, priority, run_at, created_at,
+       claimed_at, lease_expires_at, lease_token, dedupe_key, lost_claims
+FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_ids
 -- Claim the jobs a controlled claim picked (locked by its job_claim_candidates), as
@@ -1184,41 +1251,41 @@ GROUP BY queue, status
 ORDER BY queue, status
 
 -- name: jobs_due_count
--- Due jobs the plain and lone claims could take now, counted up to :limit through
--- jobs_pending_idx: a bounded index scan, never a count of the table. Fan-out and continuation
--- only need to know "more than n", and must count exactly what a claim could take: a drain
--- started for a job no claim can take finds nothing and, if its own count says the same, starts
--- another (keyed jobs behind a retrying one made 100 invocations a second). So the claims'
--- filters: not expired, not of a paused queue, nor of a capped or rate-limited queue or a
--- rate-limited type (controlled_due counts those, within their room), and of an ordering key
--- only its head while none of the key runs. Jobs naming a tenant count (the fair claim takes
--- them), and so do jobs to claim alone. Also says whether some queue is capped or
--- rate-limited, so the caller knows whether to count those too.
-SELECT count(*)::int AS due,
+-- Claimable jobs (job_claimable) the plain, lone and fair claims could take now, counted up to
+-- :limit by bounded index scans, never a count of the table: of jobs_pending_idx while no
+-- queue is paused, capped or rate-limited, else of each other queue's range of
+-- jobs_pending_queue_idx, as job_claim_batch reads (a walk of jobs_pending_idx read every
+-- paused job on each count). Fan-out and continuation only need to know "more than n", and
+-- must count exactly what a claim could take: a drain started for a job no claim can take
+-- finds nothing and, if its own count says the same, starts another (keyed jobs behind a
+-- retrying one made 100 invocations a second). Jobs of capped or rate-limited queues and of
+-- rate-limited types are controlled_due's to count, within their room. Also says whether
+-- some queue is capped or rate-limited, so the caller knows whether to count those too.
+WITH RECURSIVE
+{{queues_open}}
+SELECT least(
+           (SELECT count(*)
+            FROM (SELECT 1 FROM jobs
+                  WHERE NOT (SELECT {{queue_set_any}})
+                    AND {{job_claimable(jobs)}}
+                  -- Ordered by the index: unordered, the planner read the table from its
+                  -- start (a sequential scan it expected to find :limit due jobs in early).
+                  ORDER BY priority, run_at, id
+                  LIMIT :limit::int) AS d)
+           + (SELECT coalesce(sum(c.n), 0)
+              FROM open_queues AS g
+              CROSS JOIN LATERAL (
+                  SELECT count(*) AS n
+                  FROM (SELECT 1 FROM jobs
+                        WHERE {{job_claimable(jobs)}}
+                          AND jobs.queue = g.queue
+                          AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
+                        ORDER BY priority, run_at, id
+                        LIMIT :limit::int) AS d) AS c),
+           :limit::int)::int AS due,
        EXISTS (SELECT FROM pgdrain_queues AS q
                WHERE (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
                  AND q.paused_at IS NULL) AS controlled
-FROM (
-    SELECT 1
-    FROM jobs
-    WHERE status = 'pending'
-      AND run_at <= now()
-      AND (expires_at IS NULL OR expires_at > now())
-      AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                          OR q.rate_limit IS NOT NULL)
-           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                     OR q.rate_limit IS NOT NULL)))
-      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
-    LIMIT :limit::int
-) AS due
 
 -- name: jobs_tenanted
 -- Whether pending jobs name tenants: an index probe of jobs_pending_tenant_idx (empty unless
