@@ -11,10 +11,10 @@ import pytest
 
 import pgdrain
 from pgdrain import Settings
+from pgdrain.claiming import claim_controlled
 from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
-from pgdrain.store import claim_controlled
 from tests.support.drains import clock, jobs_left, run_all
 
 

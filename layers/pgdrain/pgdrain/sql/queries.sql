@@ -526,58 +526,16 @@ FROM (
 ORDER BY c.priority, c.run_at, c.id
 
 -- name: job_claim_controlled
--- Claim up to :batch_size due jobs of capped or rate-limited queues within each queue's room
--- (:room_queues, :queue_rooms; read by flow_rooms under flow_lock), each queue offering
--- at most a batch, in claim order: job_claim_candidates and job_claim_ids in one statement,
--- for a drain that declares no rate-limited job type (then no type's room can refuse a
--- candidate, and nothing is left to pick in Python). Each queue's range is read as in
--- job_claim_candidates (jobs_pending_queue_idx, a window of at most 1,000).
-WITH queue_room AS (
-    SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
-    WHERE r.room > 0
-), due AS MATERIALIZED (
-    SELECT d.id
-    FROM queue_room AS r
-    CROSS JOIN LATERAL (
-        SELECT * FROM (
-            SELECT id, priority, run_at
-            FROM jobs
-            WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
-              -- Only jobs_pending_queue_idx has this bound (true of the queue's every job):
-              -- no plan walks jobs_pending_idx filtered by queue.
-              AND (queue, priority) >= (r.queue, -32768)
-              AND (expires_at IS NULL OR expires_at > now())
-              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-              AND (ordering_key IS NULL OR NOT EXISTS (
-                       SELECT FROM jobs AS o
-                       WHERE o.ordering_key = jobs.ordering_key
-                         AND o.status IN ('pending', 'running')
-                         AND (o.status = 'running' OR o.id < jobs.id)))
-            ORDER BY priority, run_at, id
-            LIMIT 1000
-            FOR UPDATE SKIP LOCKED
-        ) AS w
-        LIMIT least(r.room, :batch_size::int)
-    ) AS d
-    ORDER BY d.priority, d.run_at, d.id
-    LIMIT :batch_size::int
-), claimed AS (
-    UPDATE jobs AS j
-    SET status           = 'running',
-        attempts         = j.attempts + 1,
-        claimed_at       = now(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-        lease_token      = gen_random_uuid(),
-        -- A job whose claim was lost before has its start recorded, as job_claim_alone does.
-        started_at       = CASE WHEN j.lost_claims > 0 THEN now() END,
-        updated_at       = now()
-    FROM due
-    WHERE j.id = due.id
-    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
-              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
-)
-SELECT * FROM claimed ORDER BY priority, run_at, id
+-- Claim up to :batch_size due jobs of capped or rate-limited queues (among :queues, if given)
+-- within each queue's room, in one call: pgdrain_claim_controlled (migration 0018) locks the
+-- queues' rows (skipping those another drain holds), reads their room after the locks, claims
+-- what fits (from each tenant in turn while pending jobs name tenants) and appends the
+-- starts to the rate windows. For a drain that declares no rate-limited job type (else the
+-- claim is flow_lock, flow_rooms, job_claim_candidates, job_claim_ids, flow_starts_write).
+-- Rows without an id: it claimed nothing, and these are the locked rate-limited queues'
+-- windows (pgdrain.claiming tells from them when a rate frees).
+SELECT * FROM pgdrain_claim_controlled(:batch_size::int, :lease_seconds::float8,
+                                       :queues::text[])
 
 -- name: job_claim_fair
 -- Claim up to :batch_size due jobs taking from each tenant in turn, while pending jobs name
