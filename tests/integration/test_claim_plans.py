@@ -18,6 +18,7 @@ some of a rate-limited job type.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -273,3 +274,65 @@ def test_a_pgdrain_session_never_jit_compiles_whatever_the_dba_set(queue_url):
         assert explain(conn, "job_claim_batch", "custom").get("JIT") is None
     finally:
         connector.discard()
+
+
+def nested_plans(conn: Any, statement: str) -> list[dict[str, Any]]:
+    """The plans of the statements run inside ``statement`` (a plpgsql function's), as
+    auto_explain reports them to the client, each with its text; the statement runs in a
+    transaction rolled back after."""
+    try:
+        conn.run("LOAD 'auto_explain'")
+    except Exception as exc:
+        pytest.skip(f"auto_explain is not installed on this server: {exc}")
+    for name, value in (("log_min_duration", "0"), ("log_nested_statements", "on"),
+                        ("log_format", "json"), ("log_level", "notice")):
+        conn.run(f"SET auto_explain.{name} = {value}")
+    conn.notices.clear()
+    conn.run("BEGIN")
+    try:
+        conn.run(statement)
+    finally:
+        conn.run("ROLLBACK")
+        conn.run("SET auto_explain.log_min_duration = -1")
+    found = []
+    for notice in conn.notices:
+        message = notice.get(b"M", b"").decode()
+        if "plan:" in message:
+            found.append(json.loads(message.split("plan:", 1)[1]))
+    return found
+
+
+@pytest.mark.parametrize("tenants", ["tenants", "no tenants"])
+@pytest.mark.parametrize("mode", ["custom", "generic"])
+def test_the_one_call_controlled_claim_plans_each_of_its_statements_cheaply(
+        queue_url, mode, tenants):
+    """pgdrain_claim_controlled (job_claim_controlled) runs its statements inside the server,
+    where EXPLAIN of the call shows none of them: each is checked as it ran, through
+    auto_explain (PostgreSQL 15's contrib; the embedded server has none, nor JIT), under the
+    server's JIT settings, as a custom and as the generic plan a function's cache switches
+    to, with pending jobs naming tenants (each queue's window read whole) and without."""
+    conn = connect(queue_url)
+    try:
+        [[above]] = conn.run("SELECT current_setting('jit_above_cost')::float8")
+        conn.run(f"SET plan_cache_mode = force_{mode}_plan")
+        setup = "" if tenants == "tenants" else \
+            "UPDATE jobs SET tenant = NULL WHERE status = 'pending' AND tenant IS NOT NULL; "
+        # Twice: the first run plans, the second may use the function's cached plans.
+        plans = nested_plans(conn, setup + "SELECT * FROM pgdrain_claim_controlled("
+                             f"{BATCH}, {LEASE}, NULL); SELECT * FROM "
+                             f"pgdrain_claim_controlled({BATCH}, {LEASE}, NULL)")
+    finally:
+        conn.close()
+    picks = [p for p in plans if "array_agg(c.id" in p["Query Text"]]
+    assert len(picks) == 2 and len(plans) >= 10, [p["Query Text"][:60] for p in plans]
+    for plan in plans:
+        top = plan["Plan"]
+        shape = ", ".join(f"{n['Node Type']} {n.get('Index Name') or n.get('Relation Name') or ''}"
+                          f"({n['Total Cost']:.0f})".replace(" (", "(") for n in nodes(top))
+        text = " ".join(plan["Query Text"].split())[:80]
+        assert "JIT" not in plan, f"{text} ({mode}) would be JIT-compiled: {shape}"
+        assert top["Total Cost"] <= min(above, 100_000), (
+            f"{text} ({mode}) costs {top['Total Cost']:,.0f}: {shape}")
+        scans = [n for n in nodes(top)
+                 if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"]
+        assert not scans, f"{text} ({mode}) reads jobs by a sequential scan: {shape}"

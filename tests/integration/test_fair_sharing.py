@@ -101,3 +101,23 @@ def test_a_bad_tenant_is_refused(conn, sql, bad):
     with pytest.raises(pgdrain.InvalidJobError, match="tenant"):
         pgdrain.enqueue(conn, "export", tenant=bad)
     assert sql("SELECT count(*) AS n FROM jobs") == [{"n": 0}]
+
+
+@pytest.mark.parametrize("control", [{"max_running": 50}, {"rate": "50/s"},
+                                     {"max_running": 50, "rate": "50/s"}])
+def test_tenants_take_turns_inside_a_capped_or_rate_limited_queue(conn, sql, control):
+    # A controlled claim took a capped queue's jobs in claim order only: a flood ahead held
+    # a small tenant's job back for as many claims as the flood had batches.
+    from pgdrain.claiming import claim_controlled
+
+    sql("INSERT INTO jobs (job_type, queue, tenant, run_at) SELECT 'export', 'partner', "
+        "'flood', now() - interval '1 minute' FROM generate_series(1, 200)")
+    # Tenants count only while they have a job to take now: later ones take no turn.
+    sql("INSERT INTO jobs (job_type, queue, tenant, run_at) SELECT 'export', 'partner', "
+        "'later-' || i, now() + interval '1 hour' FROM generate_series(1, 20) AS i")
+    small = pgdrain.enqueue(conn, "export", queue="partner", tenant="small").id
+    plain = pgdrain.enqueue(conn, "export", queue="partner").id
+    pgdrain.set_queue(conn, "partner", **control)
+    claimed = [j.id for j in claim_controlled(conn, batch_size=10, lease_seconds=60).jobs]
+    assert len(claimed) == 10
+    assert small in claimed and plain in claimed
