@@ -79,3 +79,51 @@ def test_no_statement_leaves_session_state_behind():
                          "drain_slot_take": "set_config",
                          "drain_slot_give_back": "set_config"}
     assert "pg_try_advisory_lock" in QUERIES["drain_slot_take"]
+
+
+def test_fragments_are_put_in_place_with_the_row_renamed():
+    text = ("-- fragment: a_due(j)\n-- a description\nj.run_at <= now() AND {{b_live(j)}}\n\n"
+            "-- fragment: b_live(r)\nr.status = 'pending'\n\n"
+            "-- name: c_get\nSELECT id FROM jobs AS w\nWHERE {{a_due(w)}}\n")
+    assert parse_catalogue(text) == {
+        "c_get": "SELECT id FROM jobs AS w\nWHERE w.run_at <= now() AND w.status = 'pending'"}
+
+
+def test_a_fragment_over_lines_is_indented_as_its_use():
+    text = ("-- fragment: a_x(j)\nj.a = 1\nAND j.b = 2\n\n"
+            "-- name: b_get\nSELECT 1 WHERE {{a_x(t)}}\n")
+    assert parse_catalogue(text)["b_get"] == ("SELECT 1 WHERE t.a = 1\n"
+                                              "               AND t.b = 2")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("-- name: a_get\nSELECT 1 WHERE {{nowhere(j)}}\n", "unknown fragment 'nowhere'"),
+        ("-- fragment: a_x(j)\nj.a = 1\n-- name: a_get\nSELECT 1\n", "no statement uses: a_x"),
+        ("-- fragment: a_x(j)\n{{b_y(j)}}\n-- fragment: b_y(j)\n{{a_x(j)}}\n"
+         "-- name: a_get\nSELECT 1 WHERE {{a_x(t)}}\n", "uses itself: a_get -> a_x -> b_y -> a_x"),
+        ("-- fragment: a_x(j)\nj.a = 1\n-- name: a_get\nSELECT 1 WHERE {{a_x}}\n",
+         "with 0 arguments, not 1"),
+        ("-- fragment: b_x(j)\nj.a\n-- fragment: a_x(j)\nj.a\n-- name: a_get\n"
+         "SELECT {{a_x(t)}}, {{b_x(t)}}\n", "sorted"),
+        ("-- fragment: a_x(j)\nj.a\n-- fragment: a_x(j)\nj.a\n-- name: a_get\n"
+         "SELECT {{a_x(t)}}\n", "fragment 'a_x' is defined twice"),
+    ],
+)
+def test_malformed_fragments_are_rejected(text, message):
+    with pytest.raises(CatalogueError, match=re.escape(message)):
+        parse_catalogue(text)
+
+
+def test_no_statement_keeps_a_fragment_use():
+    assert {name for name, sql in QUERIES.items() if "{{" in sql or "}}" in sql} == set()
+
+
+def test_every_statement_parses_on_the_server(conn):
+    # The expanded text is what the server plans: Parse (without running) each one.
+    for name, sql in QUERIES.items():
+        try:
+            conn.prepare(sql).close()
+        except Exception as exc:
+            pytest.fail(f"{name} does not parse: {exc}")

@@ -2,6 +2,12 @@
 
 ``QUERIES["job_claim_batch"]`` is the statement text with ``:name`` parameters. Migrations are
 plain files in ``migrations/`` beside it.
+
+A filter or clause that several statements share is written once, as a fragment
+(``-- fragment: job_claimable(j)``), and used as ``{{job_claimable(w)}}``: at load its text
+replaces the use, with each parameter's ``param.`` written as the argument's ``arg.`` (the
+row alias of the statement using it). Fragments may use fragments. So each statement the
+server sees is still plain SQL, planned whole.
 """
 
 from __future__ import annotations
@@ -10,31 +16,86 @@ import re
 from importlib import resources
 from types import MappingProxyType
 
-_NAME_LINE = re.compile(r"^-- name: ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_ENTRY_LINE = re.compile(
+    r"^-- (name|fragment): ([a-z][a-z0-9_]*)(?:\(([a-z_, ]*)\))?\s*$", re.MULTILINE)
+_USE = re.compile(r"\{\{\s*([a-z][a-z0-9_]*)\s*(?:\(([A-Za-z0-9_, ]*)\))?\s*\}\}")
 
 
 class CatalogueError(ValueError):
-    """The query catalogue is malformed (duplicate, unsorted or empty entry)."""
+    """The query catalogue is malformed (duplicate, unsorted or empty entry, or a fragment
+    unknown, unused, used with the wrong arguments, or using itself)."""
+
+
+def _sql_of(body: str) -> str:
+    return "\n".join(
+        line for line in body.strip().splitlines() if not line.lstrip().startswith("--")
+    ).strip()
+
+
+def _names(params: str | None) -> list[str]:
+    return [p.strip() for p in params.split(",")] if params and params.strip() else []
+
+
+class _Fragments:
+    """Expands fragment uses, recording which fragments were used and refusing cycles."""
+
+    def __init__(self, fragments: dict[str, tuple[list[str], str]]):
+        self.fragments = fragments
+        self.used: set[str] = set()
+
+    def expand(self, sql: str, stack: tuple[str, ...]) -> str:
+        def used(m: re.Match[str]) -> str:
+            # Indented as the use, so that the text the server logs and EXPLAIN shows reads.
+            margin = " " * (m.start() - sql.rfind("\n", 0, m.start()) - 1)
+            return self._one(m[1], _names(m[2]), stack).replace("\n", "\n" + margin)
+        return _USE.sub(used, sql)
+
+    def _one(self, name: str, args: list[str], stack: tuple[str, ...]) -> str:
+        if name not in self.fragments:
+            raise CatalogueError(f"{stack[0]!r} uses the unknown fragment {name!r}")
+        if name in stack:
+            chain = " -> ".join((*stack, name))
+            raise CatalogueError(f"fragment {name!r} uses itself: {chain}")
+        params, body = self.fragments[name]
+        if len(args) != len(params):
+            raise CatalogueError(
+                f"{stack[-1]!r} uses fragment {name!r} with {len(args)} arguments, "
+                f"not {len(params)}")
+        self.used.add(name)
+        # Nested uses first, so that a fragment's row passed on to another is renamed too.
+        body = self.expand(body, (*stack, name))
+        for param, arg in zip(params, args, strict=True):
+            body = re.sub(rf"\b{param}\.", f"{arg}.", body)
+        return body
 
 
 def parse_catalogue(text: str) -> dict[str, str]:
-    """Split catalogue text into ``{name: sql}``; description comment lines are dropped."""
-    parts = _NAME_LINE.split(text)
+    """Split catalogue text into ``{name: sql}``, fragments expanded; description comment
+    lines are dropped. Statements and fragments are each sorted by name."""
+    parts = _ENTRY_LINE.split(text)
     queries: dict[str, str] = {}
-    # parts = [preamble, name1, body1, name2, body2, ...]
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise CatalogueError(f"query {name!r} is defined twice")
-        sql = "\n".join(
-            line for line in body.strip().splitlines() if not line.lstrip().startswith("--")
-        ).strip()
+    fragments: dict[str, tuple[list[str], str]] = {}
+    # parts = [preamble, kind1, name1, params1, body1, kind2, ...]
+    for kind, name, params, body in zip(parts[1::4], parts[2::4], parts[3::4], parts[4::4],
+                                        strict=True):
+        if name in (queries if kind == "name" else fragments):
+            raise CatalogueError(f"{kind} {name!r} is defined twice")
+        sql = _sql_of(body)
         if not sql:
-            raise CatalogueError(f"query {name!r} has no SQL")
-        queries[name] = sql
-    names = list(queries)
-    if names != sorted(names):
-        raise CatalogueError("queries must be sorted by name")
-    return queries
+            raise CatalogueError(f"{kind} {name!r} has no SQL")
+        if kind == "name":
+            queries[name] = sql
+        else:
+            fragments[name] = (_names(params), sql)
+    for entries in (list(queries), list(fragments)):
+        if entries != sorted(entries):
+            raise CatalogueError("queries must be sorted by name, and fragments too")
+    expander = _Fragments(fragments)
+    expanded = {name: expander.expand(sql, (name,)) for name, sql in queries.items()}
+    unused = sorted(set(fragments) - expander.used)
+    if unused:
+        raise CatalogueError(f"fragments no statement uses: {', '.join(unused)}")
+    return expanded
 
 
 def _load() -> MappingProxyType[str, str]:

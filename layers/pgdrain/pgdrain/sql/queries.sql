@@ -5,6 +5,80 @@
 -- are `:name` (pg8000's native style; pgdrain.sql converts them for DB-API drivers). Entries are
 -- sorted by name. Time always comes from the database (`now()`), never from the caller.
 
+-- Fragments: a filter or clause that several statements share, written once. An entry starts
+-- with `-- fragment: <name>(<row>)` and is used as `{{<name>(<alias>)}}`: pgdrain.sql puts its
+-- text in place at load, `<row>.` written as `<alias>.`, so every statement stays plain SQL
+-- that the planner sees whole. Fragments are sorted by name; each is used somewhere.
+
+-- fragment: job_claim_returning(j)
+-- What every claim returns of each job it claimed (models.Job). The payload comes back as
+-- text, decoded job by job: a row inserted by plain SQL that the driver cannot decode (a
+-- 5,000-digit number, an array nested 3,000 deep) fails alone instead of the whole batch.
+j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts, j.queue,
+j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
+j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
+
+-- fragment: job_claim_set(j)
+-- What every claim writes: running, an attempt spent, the lease stamped with a fresh token;
+-- a job whose claim was lost before (lost_claims > 0) has its start recorded, so that if its
+-- drain dies again, even while decoding it, the janitor knows it was that job and charges it.
+status           = 'running',
+attempts         = j.attempts + 1,
+claimed_at       = now(),
+lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
+lease_token      = gen_random_uuid(),
+started_at       = CASE WHEN j.lost_claims > 0 THEN now() END,
+updated_at       = now()
+
+-- fragment: job_claimable(j)
+-- A job the plain claims (job_claim_batch, job_claim_fair, job_claim_alone) may take now, and
+-- so what the due count counts: due (job_due), of a queue neither paused nor capped nor
+-- rate-limited (job_queue_plain), not of a rate-limited type (job_type_unlimited: the
+-- controlled claim takes those) and the head of its ordering key (job_ordering_head). Which
+-- of these jobs a claim takes (lost claims alone, tenants in turn) is the claim's own filter.
+{{job_due(j)}}
+AND {{job_queue_plain(j)}}
+AND {{job_type_unlimited(j)}}
+AND {{job_ordering_head(j)}}
+
+-- fragment: job_due(j)
+-- Pending and due, within :queues (NULL: all), not past its expires_at (the janitor ends it:
+-- janitor_expire_batch) and not asked to stop (cancel_requested_at, job_cancel: only plain
+-- SQL makes such a job pending again, and it is not run for it). Every claim's filter,
+-- controlled ones included; status and run_at are also each reader's index bounds.
+j.status = 'pending'
+AND j.run_at <= now()
+AND (j.expires_at IS NULL OR j.expires_at > now())
+AND j.cancel_requested_at IS NULL
+AND (:queues::text[] IS NULL OR j.queue = ANY (:queues::text[]))
+
+-- fragment: job_ordering_head(j)
+-- The job holds no ordering key, or is its key's head: no job of the key runs and none
+-- pending is older (a probe of jobs_ordering_key_live_idx, only for keyed jobs).
+(j.ordering_key IS NULL OR NOT EXISTS (
+     SELECT FROM jobs AS o
+     WHERE o.ordering_key = j.ordering_key
+       AND o.status IN ('pending', 'running')
+       AND (o.status = 'running' OR o.id < j.id)))
+
+-- fragment: job_queue_plain(j)
+-- The job's queue is neither paused nor capped nor rate-limited (pgdrain_queues, read once
+-- per statement). Written as an OR behind "is any queue so set": as the bare
+-- `queue <> ALL (...)`, the planner guessed it kept almost no row and sorted every pending job
+-- on each claim instead of reading the first ones off jobs_pending_idx (bench/plans.py).
+(NOT EXISTS (SELECT FROM pgdrain_queues AS q
+             WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                OR q.rate_limit IS NOT NULL)
+ OR j.queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
+                          WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
+                             OR q.rate_limit IS NOT NULL)))
+
+-- fragment: job_type_unlimited(j)
+-- The job's type is not one of :limited_types (NULL: none), behind an initplan: a generic
+-- plan's guess for `job_type <> ALL ($n)` (a few types, 10 unknown ones) kept a row in a
+-- thousand.
+((SELECT :limited_types::text[] IS NULL) OR j.job_type <> ALL (:limited_types::text[]))
+
 -- name: connection_bound
 -- Bound every later statement of this session by the server too: none may run longer than the
 -- invocation had left when it began, nor wait for a lock more than a tenth of that, so a
@@ -344,101 +418,49 @@ LEFT JOIN requested AS r ON r.id = t.id
 ORDER BY t.id
 
 -- name: job_claim_alone
--- Claim one due job whose claim was lost before without a record of its start (lost_claims >
--- 0), alone, recording its start: if its drain dies again, even while decoding it, the janitor
--- knows it was that job and charges it, and no other job shares its claim. Such jobs are rare
--- (jobs_alone_idx is empty otherwise); a drain claims them first when there are any.
+-- Claim one claimable job (job_claimable) whose claim was lost before without a record of its
+-- start (lost_claims > 0), alone, recording its start (job_claim_set): if its drain dies
+-- again, even while decoding it, the janitor knows it was that job and charges it, and no
+-- other job shares its claim. Such jobs are rare (jobs_alone_idx is empty otherwise); a drain
+-- claims them first when there are any.
 WITH alone AS MATERIALIZED (
     SELECT id
     FROM jobs
-    WHERE status = 'pending' AND lost_claims > 0
-      AND run_at <= now()
-      AND (expires_at IS NULL OR expires_at > now())
-      AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                          OR q.rate_limit IS NOT NULL)
-           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                     OR q.rate_limit IS NOT NULL)))
-      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
+    WHERE {{job_claimable(jobs)}}
+      AND jobs.lost_claims > 0
     ORDER BY priority, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
 UPDATE jobs AS j
-SET status           = 'running',
-    attempts         = j.attempts + 1,
-    claimed_at       = now(),
-    lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-    lease_token      = gen_random_uuid(),
-    started_at       = now(),
-    updated_at       = now()
-FROM alone
-WHERE j.id = alone.id
-RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts, j.queue,
-          j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-          j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
+SET {{job_claim_set(j)}}
+WHERE j.id = ANY (ARRAY(SELECT id FROM alone))
+RETURNING {{job_claim_returning(j)}}
 
 -- name: job_claim_batch
--- Claim up to :batch_size due jobs in one statement: lock them with SKIP LOCKED, flip them to
--- running, spend an attempt and stamp the lease. The MATERIALIZED CTE runs the locking SELECT
--- exactly once; `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` may be re-evaluated
--- by the planner and claim more than n rows. UPDATE ... RETURNING has no order: the outer
--- SELECT returns the batch in claim order. The payload comes back as text, decoded job by
--- job: a row inserted by plain SQL that the driver cannot decode (a 5,000-digit number, an
--- array nested 3,000 deep) fails alone instead of the whole batch. A job whose claim was lost
--- before is left to job_claim_alone; one past its expires_at is never claimed (the janitor
--- ends it: janitor_expire_batch), nor one of a paused queue (pgdrain_queues, read once per
--- statement), nor one of a queue or type under a cap or a rate (job_claim_candidates takes
--- those), nor one naming a tenant (job_claim_fair takes those), nor one whose ordering_key is
--- held by a running job or an earlier pending one (the head of each key only: one statement
--- per key, through jobs_ordering_key_live_idx, and only for keyed jobs). The pause filter is
--- an OR behind "is any queue paused": written as the bare `queue <> ALL (...)`, the planner
--- guessed it kept almost no row and sorted every pending job on each claim instead of reading
--- the first ones off jobs_pending_idx (bench/plans.py).
+-- Claim up to :batch_size claimable jobs (job_claimable) in one statement: lock them with SKIP
+-- LOCKED, flip them to running, spend an attempt and stamp the lease (job_claim_set). The
+-- MATERIALIZED CTE runs the locking SELECT exactly once; `WHERE id IN (SELECT ... LIMIT n FOR
+-- UPDATE SKIP LOCKED)` may be re-evaluated by the planner and claim more than n rows.
+-- UPDATE ... RETURNING has no order: the outer SELECT returns the batch in claim order. A job
+-- whose claim was lost before is left to job_claim_alone, and one naming a tenant to
+-- job_claim_fair.
 WITH due AS MATERIALIZED (
     SELECT id
     FROM jobs
-    WHERE status = 'pending'
-      AND run_at <= now()
-      AND lost_claims = 0
-      AND (expires_at IS NULL OR expires_at > now())
-      AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                          OR q.rate_limit IS NOT NULL)
-           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                     OR q.rate_limit IS NOT NULL)))
-      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
-      AND tenant IS NULL
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
+    WHERE {{job_claimable(jobs)}}
+      AND jobs.lost_claims = 0
+      AND jobs.tenant IS NULL
     ORDER BY priority, run_at, id
     LIMIT :batch_size::int
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE jobs AS j
-    SET status           = 'running',
-        attempts         = j.attempts + 1,
-        claimed_at       = now(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-        lease_token      = gen_random_uuid(),
-        updated_at       = now()
-    FROM due
-    WHERE j.id = due.id
-    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
-              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key
+    SET {{job_claim_set(j)}}
+    -- The ids as an array: joined to the CTE, a generic plan guessed many rows and read the
+    -- whole table in a hash join.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM due))
+    RETURNING {{job_claim_returning(j)}}
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
@@ -1142,16 +1164,14 @@ GROUP BY queue, status
 ORDER BY queue, status
 
 -- name: jobs_due_count
--- Due jobs the plain and lone claims could take now, counted up to :limit through
--- jobs_pending_idx: a bounded index scan, never a count of the table. Fan-out and continuation
--- only need to know "more than n", and must count exactly what a claim could take: a drain
--- started for a job no claim can take finds nothing and, if its own count says the same, starts
--- another (keyed jobs behind a retrying one made 100 invocations a second). So the claims'
--- filters: not expired, not of a paused queue, nor of a capped or rate-limited queue or a
--- rate-limited type (controlled_due counts those, within their room), and of an ordering key
--- only its head while none of the key runs. Jobs naming a tenant count (the fair claim takes
--- them), and so do jobs to claim alone. Also says whether some queue is capped or
--- rate-limited, so the caller knows whether to count those too.
+-- Claimable jobs (job_claimable) the plain, lone and fair claims could take now, counted up to
+-- :limit through jobs_pending_idx: a bounded index scan, never a count of the table. Fan-out
+-- and continuation only need to know "more than n", and must count exactly what a claim could
+-- take: a drain started for a job no claim can take finds nothing and, if its own count says
+-- the same, starts another (keyed jobs behind a retrying one made 100 invocations a second).
+-- Jobs of capped or rate-limited queues and of rate-limited types are controlled_due's to
+-- count, within their room. Also says whether some queue is capped or rate-limited, so the
+-- caller knows whether to count those too.
 SELECT count(*)::int AS due,
        EXISTS (SELECT FROM pgdrain_queues AS q
                WHERE (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
@@ -1159,22 +1179,7 @@ SELECT count(*)::int AS due,
 FROM (
     SELECT 1
     FROM jobs
-    WHERE status = 'pending'
-      AND run_at <= now()
-      AND (expires_at IS NULL OR expires_at > now())
-      AND (:queues::text[] IS NULL OR queue = ANY(:queues::text[]))
-      AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                       WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                          OR q.rate_limit IS NOT NULL)
-           OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                  WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                     OR q.rate_limit IS NOT NULL)))
-      AND (:limited_types::text[] IS NULL OR job_type <> ALL (:limited_types::text[]))
-      AND (ordering_key IS NULL OR NOT EXISTS (
-               SELECT FROM jobs AS o
-               WHERE o.ordering_key = jobs.ordering_key
-                 AND o.status IN ('pending', 'running')
-                 AND (o.status = 'running' OR o.id < jobs.id)))
+    WHERE {{job_claimable(jobs)}}
     LIMIT :limit::int
 ) AS due
 
