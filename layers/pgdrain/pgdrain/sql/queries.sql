@@ -472,8 +472,10 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- a rated type's jobs; flow_lock), so no other claim competes for them, and job_claim_ids
 -- claims only those still pending. Unlocked, it is also the due count's (controlled_due):
 -- what a claim could take now, with no row lock written. Run after flow_lock and flow_rooms;
--- the caller picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues
--- and ordering keys' later jobs are left out as by the plain claim; a job whose claim was lost
+-- the caller picks (flow.choose) and claims the picked ones with job_claim_ids. Each job is
+-- due (job_due: cancel-requested and expired jobs left out) and its ordering key's head
+-- (job_ordering_head); a type's jobs in paused or controlled queues are left out
+-- (job_queue_plain), and paused queues are never locked; a job whose claim was lost
 -- before is taken here (job_claim_alone leaves controlled queues and types alone), its start
 -- recorded, and the drain runs it alone. A queue's due jobs are one range of
 -- jobs_pending_queue_idx, a type's of jobs_pending_type_idx (without them, every claim walked
@@ -499,17 +501,12 @@ FROM (
         SELECT * FROM (
             SELECT id, queue, job_type, priority, run_at
             FROM jobs
-            WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
+            WHERE jobs.queue = r.queue
               -- Only jobs_pending_queue_idx has this bound (true of the queue's every job):
               -- no plan walks jobs_pending_idx filtered by queue.
-              AND (queue, priority) >= (r.queue, -32768)
-              AND (expires_at IS NULL OR expires_at > now())
-              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-              AND (ordering_key IS NULL OR NOT EXISTS (
-                       SELECT FROM jobs AS o
-                       WHERE o.ordering_key = jobs.ordering_key
-                         AND o.status IN ('pending', 'running')
-                         AND (o.status = 'running' OR o.id < jobs.id)))
+              AND (jobs.queue, jobs.priority) >= (r.queue, -32768)
+              AND {{job_due(jobs)}}
+              AND {{job_ordering_head(jobs)}}
             ORDER BY priority, run_at, id
             LIMIT 1000
         ) AS w
@@ -522,23 +519,12 @@ FROM (
         SELECT * FROM (
             SELECT id, queue, job_type, priority, run_at
             FROM jobs
-            WHERE status = 'pending' AND job_type = t.job_type AND run_at <= now()
+            WHERE jobs.job_type = t.job_type
               -- Only jobs_pending_type_idx has this bound, as the queues' above.
-              AND (job_type, priority) >= (t.job_type, -32768)
-              AND (expires_at IS NULL OR expires_at > now())
-              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-              AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                               WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                  OR q.rate_limit IS NOT NULL)
-                   OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                          WHERE q.paused_at IS NOT NULL
-                                             OR q.max_running IS NOT NULL
-                                             OR q.rate_limit IS NOT NULL)))
-              AND (ordering_key IS NULL OR NOT EXISTS (
-                       SELECT FROM jobs AS o
-                       WHERE o.ordering_key = jobs.ordering_key
-                         AND o.status IN ('pending', 'running')
-                         AND (o.status = 'running' OR o.id < jobs.id)))
+              AND (jobs.job_type, jobs.priority) >= (t.job_type, -32768)
+              AND {{job_due(jobs)}}
+              AND {{job_queue_plain(jobs)}}
+              AND {{job_ordering_head(jobs)}}
             ORDER BY priority, run_at, id
             LIMIT 1000
         ) AS w
@@ -753,23 +739,15 @@ WITH RECURSIVE tenants AS (
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_ids
--- Claim the jobs a controlled claim picked (locked by its job_claim_candidates), as
--- job_claim_batch claims, and return them in claim order as it does: ordered here, not by
--- the caller, for run_at may be -infinity or a BC date, which the driver returns as text.
+-- Claim the jobs a controlled claim picked (read by its job_claim_candidates) that are still
+-- pending, as every claim claims (job_claim_set), and return them in claim order: ordered
+-- here, not by the caller, for run_at may be -infinity or a BC date, which the driver returns
+-- as text.
 WITH claimed AS (
     UPDATE jobs AS j
-    SET status           = 'running',
-        attempts         = j.attempts + 1,
-        claimed_at       = now(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-        lease_token      = gen_random_uuid(),
-        -- A job whose claim was lost before has its start recorded, as job_claim_alone does.
-        started_at       = CASE WHEN j.lost_claims > 0 THEN now() END,
-        updated_at       = now()
+    SET {{job_claim_set(j)}}
     WHERE j.id = ANY (:ids::bigint[]) AND j.status = 'pending'
-    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
-              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
+    RETURNING {{job_claim_returning(j)}}
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id
 

@@ -108,8 +108,9 @@ BEGIN
     -- 3. The jobs that fit, read without locks: only a controlled claim holding a queue's row
     -- takes its jobs, and the claim below takes only those still pending. Each queue's due
     -- jobs are one range of jobs_pending_queue_idx, read through a window of at most 1,000
-    -- (as job_claim_candidates); paused queues are never locked, and an ordering key's later
-    -- jobs are left out as by the plain claim.
+    -- (as job_claim_candidates). The filter is the catalogue's job_due and job_ordering_head
+    -- fragments, written out (a migration cannot use them; tests/integration/test_queue_caps.py
+    -- checks that both paths leave out the same jobs); paused queues are never locked.
     IF tenanted THEN
         -- Fair sharing inside the queue: each tenant's first job in the window (jobs without
         -- a tenant are one more group) before any tenant's second; a tenant counts only with
@@ -128,6 +129,7 @@ BEGIN
                     WHERE j.status = 'pending' AND j.queue = r.queue AND j.run_at <= now()
                       AND (j.queue, j.priority) >= (r.queue, -32768)
                       AND (j.expires_at IS NULL OR j.expires_at > now())
+                      AND j.cancel_requested_at IS NULL
                       AND (only_queues IS NULL OR j.queue = ANY (only_queues))
                       AND (j.ordering_key IS NULL OR NOT EXISTS (
                                SELECT FROM jobs AS o
@@ -158,6 +160,7 @@ BEGIN
                       -- job): no plan walks jobs_pending_idx filtered by queue.
                       AND (j.queue, j.priority) >= (r.queue, -32768)
                       AND (j.expires_at IS NULL OR j.expires_at > now())
+                      AND j.cancel_requested_at IS NULL
                       AND (only_queues IS NULL OR j.queue = ANY (only_queues))
                       AND (j.ordering_key IS NULL OR NOT EXISTS (
                                SELECT FROM jobs AS o
