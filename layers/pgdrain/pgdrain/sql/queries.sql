@@ -542,8 +542,9 @@ ORDER BY c.priority, c.run_at, c.id
 -- claim is flow_lock, flow_rooms, job_claim_candidates, job_claim_ids, flow_starts_write).
 -- Rows without an id: it claimed nothing, and these are the locked rate-limited queues'
 -- windows (pgdrain.claiming tells from them when a rate frees).
-SELECT * FROM pgdrain_claim_controlled(:batch_size::int, :lease_seconds::float8,
-                                       :queues::text[])
+SELECT *
+FROM pgdrain_claim_controlled(
+    :batch_size::int, :lease_seconds::float8, :queues::text[])
 
 -- name: job_claim_fair
 -- Claim up to :batch_size due jobs taking from each tenant in turn, while pending jobs name
