@@ -56,7 +56,7 @@ STATEMENTS: dict[str, dict[str, str]] = {
                         "limited_types": "'{rated}'"},
     "job_claim_candidates": {"batch_size": BATCH, "room_queues": "'{capped,limited}'",
                              "queue_rooms": "'{10,50}'", "room_types": "'{rated}'",
-                             "type_rooms": "'{50}'", "queues": "NULL"},
+                             "type_rooms": "'{50}'", "queues": "NULL", "fair": "true"},
     "job_claim_controlled": {"batch_size": BATCH, "lease_seconds": LEASE,
                              "room_queues": "'{capped,limited}'", "queue_rooms": "'{10,50}'",
                              "queues": "NULL"},
@@ -276,10 +276,10 @@ def test_a_pgdrain_session_never_jit_compiles_whatever_the_dba_set(queue_url):
         connector.discard()
 
 
-def nested_plans(conn: Any, statement: str) -> list[dict[str, Any]]:
-    """The plans of the statements run inside ``statement`` (a plpgsql function's), as
-    auto_explain reports them to the client, each with its text; the statement runs in a
-    transaction rolled back after."""
+def nested_plans(conn: Any, statement: str, setup: str = "") -> list[dict[str, Any]]:
+    """The plans of ``statement`` and of the statements run inside it (a plpgsql
+    function's), as auto_explain reports them to the client; ``setup`` first, unreported,
+    and both in a transaction rolled back after."""
     try:
         conn.run("LOAD 'auto_explain'")
     except Exception as exc:
@@ -287,9 +287,11 @@ def nested_plans(conn: Any, statement: str) -> list[dict[str, Any]]:
     for name, value in (("log_min_duration", "0"), ("log_nested_statements", "on"),
                         ("log_format", "json"), ("log_level", "notice")):
         conn.run(f"SET auto_explain.{name} = {value}")
-    conn.notices.clear()
     conn.run("BEGIN")
     try:
+        if setup:
+            conn.run(setup)
+        conn.notices.clear()
         conn.run(statement)
     finally:
         conn.run("ROLLBACK")
@@ -316,11 +318,11 @@ def test_the_one_call_controlled_claim_plans_each_of_its_statements_cheaply(
         [[above]] = conn.run("SELECT current_setting('jit_above_cost')::float8")
         conn.run(f"SET plan_cache_mode = force_{mode}_plan")
         setup = "" if tenants == "tenants" else \
-            "UPDATE jobs SET tenant = NULL WHERE status = 'pending' AND tenant IS NOT NULL; "
+            "UPDATE jobs SET tenant = NULL WHERE status = 'pending' AND tenant IS NOT NULL"
         # Twice: the first run plans, the second may use the function's cached plans.
-        plans = nested_plans(conn, setup + "SELECT * FROM pgdrain_claim_controlled("
+        plans = nested_plans(conn, "SELECT * FROM pgdrain_claim_controlled("
                              f"{BATCH}, {LEASE}, NULL); SELECT * FROM "
-                             f"pgdrain_claim_controlled({BATCH}, {LEASE}, NULL)")
+                             f"pgdrain_claim_controlled({BATCH}, {LEASE}, NULL)", setup)
     finally:
         conn.close()
     picks = [p for p in plans if "array_agg(c.id" in p["Query Text"]]

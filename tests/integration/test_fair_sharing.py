@@ -103,12 +103,17 @@ def test_a_bad_tenant_is_refused(conn, sql, bad):
     assert sql("SELECT count(*) AS n FROM jobs") == [{"n": 0}]
 
 
+@pytest.mark.parametrize("types", [{}, {"rated": "100/min"}], ids=["one call", "rated types"])
 @pytest.mark.parametrize("control", [{"max_running": 50}, {"rate": "50/s"},
                                      {"max_running": 50, "rate": "50/s"}])
-def test_tenants_take_turns_inside_a_capped_or_rate_limited_queue(conn, sql, control):
+def test_tenants_take_turns_inside_a_capped_or_rate_limited_queue(conn, sql, control, types):
     # A controlled claim took a capped queue's jobs in claim order only: a flood ahead held
     # a small tenant's job back for as many claims as the flood had batches.
-    from pgdrain.claiming import claim_controlled
+    from pgdrain.claiming import claim_controlled, declare_type_rates
+    from pgdrain.flow import parse_rate
+
+    type_rates = {name: parse_rate(rate) for name, rate in types.items()}
+    declare_type_rates(conn, type_rates)
 
     sql("INSERT INTO jobs (job_type, queue, tenant, run_at) SELECT 'export', 'partner', "
         "'flood', now() - interval '1 minute' FROM generate_series(1, 200)")
@@ -118,6 +123,7 @@ def test_tenants_take_turns_inside_a_capped_or_rate_limited_queue(conn, sql, con
     small = pgdrain.enqueue(conn, "export", queue="partner", tenant="small").id
     plain = pgdrain.enqueue(conn, "export", queue="partner").id
     pgdrain.set_queue(conn, "partner", **control)
-    claimed = [j.id for j in claim_controlled(conn, batch_size=10, lease_seconds=60).jobs]
+    claimed = [j.id for j in claim_controlled(conn, batch_size=10, lease_seconds=60,
+                                              type_rates=type_rates).jobs]
     assert len(claimed) == 10
     assert small in claimed and plain in claimed

@@ -76,6 +76,7 @@ class _Rooms:
         self.type_room: dict[str, int] = {}
         self.windows: dict[tuple[str, str], RateWindow] = {}
         self.limited = bool(limits)
+        self.fair = any(lim.tenants for lim in limits)
         for lim in limits:
             slack = 0.0 if lim.rate is None else flow.start_slack(lim.rate)
             if lim.rate is not None:
@@ -88,13 +89,16 @@ class _Rooms:
         # so that no job of it starts here, in its own queue or a capped one.
         self.type_room = {t: 0 for t in types} | self.type_room
 
-    def chosen(self, conn: Any, batch_size: int, queues: Sequence[str] | None) -> list[int]:
-        """The ids of the due jobs a claim would take within the rooms."""
+    def chosen(self, conn: Any, batch_size: int, queues: Sequence[str] | None, *,
+               fair: bool = True) -> list[int]:
+        """The ids of the due jobs a claim would take within the rooms (``fair``: from each
+        tenant in turn while pending jobs name tenants)."""
         if not self.limited:
             return []
         candidates = pgstore.claim_candidates(conn, batch_size=batch_size, queues=queues,
                                               queue_room=self.queue_room,
-                                              type_room=self.type_room)
+                                              type_room=self.type_room,
+                                              fair=fair and self.fair)
         return flow.choose(candidates, batch_size=batch_size, queue_room=self.queue_room,
                            type_room=self.type_room)
 
@@ -150,4 +154,5 @@ def controlled_due(conn: Any, *, limit: int, queues: Sequence[str] | None = None
     ``claim_controlled`` would choose them, read without a lock."""
     types = sorted(type_rates or ())
     rooms = _Rooms(pgstore.flow_limits(conn, None, types), types)
-    return len(rooms.chosen(conn, limit, queues))
+    # How many, not which: the claim order (by tenant or not) changes no room's count.
+    return len(rooms.chosen(conn, limit, queues, fair=False))

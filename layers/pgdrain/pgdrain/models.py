@@ -394,6 +394,9 @@ class FlowLimits:
     rate: Rate | None
     starts: list[float]
     now: float
+    tenants: bool = False
+    """Whether pending jobs name tenants (the same on every row): then the claim takes from
+    each tenant in turn."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,21 +185,22 @@ def flow_limits(conn: Any, queues: Sequence[str] | None, job_types: Sequence[str
                        running=row["running"] or 0,
                        rate=None if row["rate_limit"] is None
                        else Rate(row["rate_limit"], row["rate_period"]),
-                       starts=list(row["rate_starts"] or ()), now=row["now"])
+                       starts=list(row["rate_starts"] or ()), now=row["now"],
+                       tenants=bool(row["tenants"]))
             for row in as_session(conn).rows("flow_rooms", queues=None if queues is None
                                               else list(queues), job_types=list(job_types))]
 
 
 def claim_candidates(conn: Any, *, batch_size: int, queues: Sequence[str] | None,
-                     queue_room: Mapping[str, int], type_room: Mapping[str, int]
-                     ) -> list[Candidate]:
-    """The due jobs a controlled claim may take within the rooms, in claim order, read
-    without a lock (job_claim_candidates)."""
+                     queue_room: Mapping[str, int], type_room: Mapping[str, int],
+                     fair: bool = False) -> list[Candidate]:
+    """The due jobs a controlled claim may take within the rooms, in claim order (``fair``:
+    each tenant in turn), read without a lock (job_claim_candidates)."""
     return [Candidate(r["id"], r["queue"], r["job_type"]) for r in as_session(conn).rows(
         "job_claim_candidates", batch_size=batch_size,
         room_queues=list(queue_room), queue_rooms=list(queue_room.values()),
         room_types=list(type_room), type_rooms=list(type_room.values()),
-        queues=list(queues) if queues else None)]
+        queues=list(queues) if queues else None, fair=fair)]
 
 
 def claim_ids(session: Session, ids: Sequence[int], *, lease_seconds: float) -> list[Job]:
