@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass
 
 import pgdrain
+from pgdrain.claiming import claim_controlled
 from pgdrain.db import connect
 from pgdrain.migrate import migrate
-from pgdrain.store import claim_controlled
 from pgdrain_dev.embedded import scratch_database
 
 

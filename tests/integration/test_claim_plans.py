@@ -18,6 +18,7 @@ some of a rate-limited job type.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -55,7 +56,7 @@ STATEMENTS: dict[str, dict[str, str]] = {
                         "limited_types": "'{rated}'"},
     "job_claim_candidates": {"batch_size": BATCH, "room_queues": "'{capped,limited}'",
                              "queue_rooms": "'{10,50}'", "room_types": "'{rated}'",
-                             "type_rooms": "'{50}'", "queues": "NULL"},
+                             "type_rooms": "'{50}'", "queues": "NULL", "fair": "true"},
     "job_claim_controlled": {"batch_size": BATCH, "lease_seconds": LEASE,
                              "room_queues": "'{capped,limited}'", "queue_rooms": "'{10,50}'",
                              "queues": "NULL"},
@@ -393,3 +394,67 @@ def test_a_keyed_claim_reads_one_entry_of_its_key_per_job(conn):
     conn.run("VACUUM ANALYZE jobs")
     found = analyzed(conn, "job_claim_batch", limited_types="NULL")
     assert rows_read(found, "jobs_ordering_key_live_idx") < 100
+
+
+def nested_plans(conn: Any, statement: str, setup: str = "") -> list[dict[str, Any]]:
+    """The plans of ``statement`` and of the statements run inside it (a plpgsql
+    function's), as auto_explain reports them to the client; ``setup`` first, unreported,
+    and both in a transaction rolled back after."""
+    try:
+        conn.run("LOAD 'auto_explain'")
+    except Exception as exc:
+        pytest.skip(f"auto_explain is not installed on this server: {exc}")
+    for name, value in (("log_min_duration", "0"), ("log_nested_statements", "on"),
+                        ("log_format", "json"), ("log_level", "notice")):
+        conn.run(f"SET auto_explain.{name} = {value}")
+    conn.run("BEGIN")
+    try:
+        if setup:
+            conn.run(setup)
+        conn.notices.clear()
+        conn.run(statement)
+    finally:
+        conn.run("ROLLBACK")
+        conn.run("SET auto_explain.log_min_duration = -1")
+    found = []
+    for notice in conn.notices:
+        message = notice.get(b"M", b"").decode()
+        if "plan:" in message:
+            found.append(json.loads(message.split("plan:", 1)[1]))
+    return found
+
+
+@pytest.mark.parametrize("tenants", ["tenants", "no tenants"])
+@pytest.mark.parametrize("mode", ["custom", "generic"])
+def test_the_one_call_controlled_claim_plans_each_of_its_statements_cheaply(
+        queue_url, mode, tenants):
+    """pgdrain_claim_controlled (job_claim_controlled) runs its statements inside the server,
+    where EXPLAIN of the call shows none of them: each is checked as it ran, through
+    auto_explain (PostgreSQL 15's contrib; the embedded server has none, nor JIT), under the
+    server's JIT settings, as a custom and as the generic plan a function's cache switches
+    to, with pending jobs naming tenants (each queue's window read whole) and without."""
+    conn = connect(queue_url)
+    try:
+        [[above]] = conn.run("SELECT current_setting('jit_above_cost')::float8")
+        conn.run(f"SET plan_cache_mode = force_{mode}_plan")
+        setup = "" if tenants == "tenants" else \
+            "UPDATE jobs SET tenant = NULL WHERE status = 'pending' AND tenant IS NOT NULL"
+        # Twice: the first run plans, the second may use the function's cached plans.
+        plans = nested_plans(conn, "SELECT * FROM pgdrain_claim_controlled("
+                             f"{BATCH}, {LEASE}, NULL); SELECT * FROM "
+                             f"pgdrain_claim_controlled({BATCH}, {LEASE}, NULL)", setup)
+    finally:
+        conn.close()
+    picks = [p for p in plans if "array_agg(c.id" in p["Query Text"]]
+    assert len(picks) == 2 and len(plans) >= 10, [p["Query Text"][:60] for p in plans]
+    for plan in plans:
+        top = plan["Plan"]
+        shape = ", ".join(f"{n['Node Type']} {n.get('Index Name') or n.get('Relation Name') or ''}"
+                          f"({n['Total Cost']:.0f})".replace(" (", "(") for n in nodes(top))
+        text = " ".join(plan["Query Text"].split())[:80]
+        assert "JIT" not in plan, f"{text} ({mode}) would be JIT-compiled: {shape}"
+        assert top["Total Cost"] <= min(above, 100_000), (
+            f"{text} ({mode}) costs {top['Total Cost']:,.0f}: {shape}")
+        scans = [n for n in nodes(top)
+                 if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"]
+        assert not scans, f"{text} ({mode}) reads jobs by a sequential scan: {shape}"

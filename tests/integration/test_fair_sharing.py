@@ -118,3 +118,29 @@ def test_a_tenant_is_served_within_a_lap_of_the_ring_however_new_its_job(conn, s
     assert late in claimed
     tenants = sql("SELECT count(DISTINCT tenant) AS n FROM jobs WHERE status = 'running'")
     assert tenants == [{"n": 300}]
+
+
+@pytest.mark.parametrize("types", [{}, {"rated": "100/min"}], ids=["one call", "rated types"])
+@pytest.mark.parametrize("control", [{"max_running": 50}, {"rate": "50/s"},
+                                     {"max_running": 50, "rate": "50/s"}])
+def test_tenants_take_turns_inside_a_capped_or_rate_limited_queue(conn, sql, control, types):
+    # A controlled claim took a capped queue's jobs in claim order only: a flood ahead held
+    # a small tenant's job back for as many claims as the flood had batches.
+    from pgdrain.claiming import claim_controlled, declare_type_rates
+    from pgdrain.flow import parse_rate
+
+    type_rates = {name: parse_rate(rate) for name, rate in types.items()}
+    declare_type_rates(conn, type_rates)
+
+    sql("INSERT INTO jobs (job_type, queue, tenant, run_at) SELECT 'export', 'partner', "
+        "'flood', now() - interval '1 minute' FROM generate_series(1, 200)")
+    # Tenants count only while they have a job to take now: later ones take no turn.
+    sql("INSERT INTO jobs (job_type, queue, tenant, run_at) SELECT 'export', 'partner', "
+        "'later-' || i, now() + interval '1 hour' FROM generate_series(1, 20) AS i")
+    small = pgdrain.enqueue(conn, "export", queue="partner", tenant="small").id
+    plain = pgdrain.enqueue(conn, "export", queue="partner").id
+    pgdrain.set_queue(conn, "partner", **control)
+    claimed = [j.id for j in claim_controlled(conn, batch_size=10, lease_seconds=60,
+                                              type_rates=type_rates).jobs]
+    assert len(claimed) == 10
+    assert small in claimed and plain in claimed

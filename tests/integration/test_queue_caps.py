@@ -11,10 +11,10 @@ import pytest
 
 import pgdrain
 from pgdrain import Settings
+from pgdrain.claiming import claim_controlled
 from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
-from pgdrain.store import claim_controlled
 from tests.support.drains import clock, jobs_left, run_all
 
 
@@ -115,3 +115,29 @@ def test_a_lost_claim_in_a_capped_queue_is_claimed_within_the_cap_its_start_reco
     assert (job.id, job.lost_claims) == (ident, 1)
     assert sql("SELECT started_at IS NOT NULL AS started FROM jobs WHERE id = :id",
                id=ident) == [{"started": True}]
+
+
+@pytest.mark.parametrize("path", ["one call", "with rated types"])
+def test_both_controlled_claims_leave_out_what_the_plain_claim_leaves_out(conn, sql, path):
+    # The one-call claim (migration 0018) writes the catalogue's job_due and
+    # job_ordering_head out again: it must take exactly what the statements using them take.
+    from pgdrain.claiming import declare_type_rates
+    from pgdrain.flow import parse_rate
+
+    types = {"rated": parse_rate("100/min")} if path == "with rated types" else {}
+    declare_type_rates(conn, types)
+    rows = sql("INSERT INTO jobs (job_type, queue, run_at, expires_at, cancel_requested_at, "
+               "ordering_key) VALUES "
+               "('export', 'partner', now(), NULL, NULL, NULL), "
+               "('export', 'partner', now(), now() - interval '1 s', NULL, NULL), "
+               "('export', 'partner', now(), NULL, now(), NULL), "
+               "('export', 'partner', now() + interval '1 h', NULL, NULL, NULL), "
+               "('export', 'partner', now(), NULL, NULL, 'k'), "
+               "('export', 'partner', now(), NULL, NULL, 'k'), "
+               "('export', 'elsewhere', now(), NULL, NULL, NULL) RETURNING id")
+    ids = [r["id"] for r in rows]
+    pgdrain.set_queue(conn, "partner", max_running=50)
+    pgdrain.set_queue(conn, "elsewhere", max_running=50)
+    claimed = claim_controlled(conn, batch_size=10, lease_seconds=60, queues=["partner"],
+                               type_rates=types).jobs
+    assert [j.id for j in claimed] == [ids[0], ids[4]]

@@ -11,10 +11,10 @@ import time
 import pytest
 
 import pgdrain
+from pgdrain.claiming import claim_controlled, declare_type_rates
 from pgdrain.errors import ConfigError
 from pgdrain.flow import parse_rate, start_slack
 from pgdrain.registry import Registry
-from pgdrain.store import claim_controlled, declare_type_rates
 from tests.support.drains import run_all, run_drain
 
 

@@ -320,10 +320,11 @@ PATHS = {
     "plain": ClaimPath("job_claim_batch", _nothing),
     "lone": ClaimPath("job_claim_alone", _lost_a_claim),
     "fair": ClaimPath("job_claim_fair", _tenants),
+    # One call that commits at once (migration 0018): its locks end with the statement.
     "capped queue": ClaimPath("job_claim_controlled", lambda conn, *_: pgdrain.set_queue(
-        conn, "default", max_running=100), transaction=True),
+        conn, "default", max_running=100)),
     "queue rate": ClaimPath("job_claim_controlled", lambda conn, *_: pgdrain.set_queue(
-        conn, "default", rate="1000/s"), transaction=True),
+        conn, "default", rate="1000/s")),
     "rated type": ClaimPath("job_claim_ids", _nothing, job_type=RATED, transaction=True),
     "ordered": ClaimPath("job_claim_batch", _ordering_keys),
 }

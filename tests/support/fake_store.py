@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgdrain.models import Finish, JanitorResult, Job, Outcome, Written
+from pgdrain.models import ControlledClaim, Finish, JanitorResult, Job, Outcome, Written
 from pgdrain.policy import DEFAULT_POLICY, Fail, Refund, after_lost_lease
-from pgdrain.store import ControlledClaim
 
 
 @dataclass

@@ -1,6 +1,9 @@
 """Flow control's decisions, pure: rate limits (``"100/min"``) and their sliding windows, and
 which of a controlled claim's candidates start under the queues' and types' room. No I/O,
-no clock of its own: the store passes the database's time in, so tests pass a fake one.
+no clock of its own: the planner (``pgdrain.claiming``) passes the database's time in, so
+tests pass a fake one. Migration 0018 writes the window rules once more in SQL, for the
+one-statement claim of capped and rate-limited queues: these are its spec
+(tests/integration/test_flow_sql.py checks that both agree).
 
 A rate of N per period allows at most N starts in any window of that length (a sliding
 window, exact: it remembers the starts of the last period, a pair per claim), not N per
@@ -12,7 +15,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
+
+# Defined with the other values (the store reads and writes rates without these rules).
+from .models import Candidate as Candidate
+from .models import Rate as Rate
 
 MAX_RATE_LIMIT = 10_000
 """Most starts a rate may allow per period (the window trims to what can still limit: at most
@@ -32,19 +39,6 @@ _RATE = r"\s*([0-9]+)\s*/\s*([0-9]+(?:\.[0-9]+)?)?\s*([a-z]+)\s*"
 
 class RateError(ValueError):
     """A rate that is not ``N/period``; the message says what is wrong."""
-
-
-class Rate(NamedTuple):
-    """At most ``limit`` starts in any ``period`` seconds."""
-
-    limit: int
-    period: float
-
-    def __str__(self) -> str:
-        for unit, seconds in (("day", 86_400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0)):
-            if self.period == seconds:
-                return f"{self.limit}/{unit}"
-        return f"{self.limit}/{self.period:g}s"
 
 
 def parse_rate(text: Any) -> Rate:
@@ -151,14 +145,6 @@ def rate_record(starts: Sequence[float], now: float, count: int, rate: Rate, *,
 
 def _pairs(starts: Sequence[float]) -> list[tuple[float, int]]:
     return [(starts[i], int(starts[i + 1])) for i in range(0, len(starts) - 1, 2)]
-
-
-class Candidate(NamedTuple):
-    """A due job a controlled claim may start: what its rooms depend on."""
-
-    id: int
-    queue: str
-    job_type: str
 
 
 def choose(candidates: Iterable[Candidate], *, batch_size: int, queue_room: Mapping[str, int],

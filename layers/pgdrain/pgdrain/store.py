@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from .db import UNIQUE_VIOLATION, Session, array_literal, as_session, sqlstate
 from .errors import InvalidJobId
@@ -20,17 +20,19 @@ from .models import (
     MAX_ERROR_CHARS,
     MAX_JOB_ID,
     Backlog,
+    Candidate,
     ExpiredLease,
     Finish,
+    FlowLimits,
     Job,
     NewJob,
     Outcome,
     QueueStats,
+    Rate,
+    RateWindow,
     Written,
 )
-
-if TYPE_CHECKING:
-    from .flow import Rate
+from .models import ControlledClaim as ControlledClaim  # drain.py's name for it
 
 # Lock ids for pg_advisory_xact_lock; arbitrary but fixed ("pgdrain" in ASCII, then a number).
 JANITOR_LOCK_KEY = 0x70676472_61696E01
@@ -118,8 +120,7 @@ def tenanted(conn: Any) -> bool:
 
 
 def declare_type_rates(conn: Any, rates: Mapping[str, Rate]) -> None:
-    """Record the job types' rate limits as the code declares them (a row already so is not
-    written), so that every drain counts the same window."""
+    """Record the job types' rate limits as given (a row already so is not written)."""
     if rates:
         names = sorted(rates)
         as_session(conn).rows("flow_type_rates_declare", job_types=names,
@@ -127,156 +128,98 @@ def declare_type_rates(conn: Any, rates: Mapping[str, Rate]) -> None:
                               periods=[rates[n].period for n in names])
 
 
+# --- the controlled claim's statements (pgdrain.claiming runs them and decides) --------------
+
+
 @dataclass(frozen=True, slots=True)
-class ControlledClaim:
-    """What a controlled claim took, and, when a rate limit held due work back, the seconds
-    until that limit lets one more start (None: no rate held anything back). ``rated``: the
-    jobs it took under a rate limit (their queue's or type's), each with the seconds from the
-    claim within which it must start or be handed back (``flow.start_slack``)."""
+class QueueClaim:
+    """What job_claim_controlled returned: the jobs claimed, in claim order, with the rate of
+    each one's queue where it has one; when it claimed nothing, the windows of the locked
+    rate-limited queues as it read them."""
 
     jobs: list[Job]
-    rate_free_in: float | None = None
-    rated: Mapping[int, float] = field(default_factory=dict)
+    rates: dict[int, Rate]
+    windows: list[RateWindow]
 
 
-def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
-                     queues: Sequence[str] | None = None,
-                     type_rates: Mapping[str, Rate] | None = None) -> ControlledClaim:
-    """Claim up to ``batch_size`` due jobs of capped or rate-limited queues and of
-    rate-limited job types (``type_rates``, as declared by ``declare_type_rates``), never more
-    running in a queue than its ``max_running`` nor more starts in a window than a rate
-    allows, across all drains: one short transaction that locks the queues' and types' rows
-    (skipping those another drain holds: their jobs are left alone this time), reads their
-    room, locks the candidates, claims what fits (``flow.choose``) and writes the rate
-    windows. Jobs over a limit stay pending, uncharged. Needs a connection pgdrain owns,
-    outside any transaction."""
-    from . import flow  # only drains with caps or rates pay for it
-
-    session = as_session(conn)
-    types = sorted(type_rates or ())
-    with session.transaction():
-        locked: dict[str, list[str]] = {"queue": [], "type": []}
-        for row in session.rows("flow_lock", job_types=types):
-            locked[row["scope"]].append(row["name"])
-        if not locked["queue"] and not locked["type"]:
-            return ControlledClaim([])
-        rooms = _rooms(session, locked["queue"], locked["type"])
-        rows = _claim_within(session, batch_size, lease_seconds, queues, rooms.queue_room,
-                             _type_room(types, rooms))
-        started: dict[tuple[str, str], int] = {}
-        rated: dict[int, float] = {}
-        for row in rows:
-            for key in (("queue", row["queue"]), ("type", row["job_type"])):
-                if key in rooms.windows:
-                    started[key] = started.get(key, 0) + 1
-                    slack = flow.start_slack(rooms.windows[key][0])
-                    rated[row["id"]] = min(slack, rated.get(row["id"], slack))
-        if started:
-            _write_windows(session, rooms, started)
-        wait = None
-        full = {key: flow.rate_free_in(starts, rooms.now, rate, slack=flow.start_slack(rate))
-                for key, (rate, starts) in rooms.windows.items() if key not in started
-                and flow.rate_room(starts, rooms.now, rate, slack=flow.start_slack(rate)) == 0}
-        if not rows and full and limited_due(
-                session, queues=[n for s, n in full if s == "queue"],
-                job_types=[n for s, n in full if s == "type"], only_queues=queues):
-            wait = min(full.values())
-    # In claim order as the statements return them: sorted here, a run_at of -infinity or
-    # of a BC date (text from the driver, not a datetime) raised after the claim committed.
-    return ControlledClaim([_claimed_job(r) for r in rows], wait, rated)
-
-
-@dataclass
-class _Rooms:
-    """What flow_rooms read under the locks: each queue's and type's room, the rate windows
-    by (scope, name), and the database's clock."""
-
-    queue_room: dict[str, int]
-    type_room: dict[str, int]
-    windows: dict[tuple[str, str], tuple[Rate, list[float]]]
-    now: float
-
-
-def _rooms(session: Session, queues: list[str] | None, types: list[str]) -> _Rooms:
-    """The rooms of ``queues`` (None: every capped or rate-limited queue not paused) and of
-    the rated ``types``."""
-    from . import flow
-    from .flow import Rate
-
-    rooms = _Rooms({}, {}, {}, 0.0)
-    for row in session.rows("flow_rooms", queues=queues, job_types=types):
-        rooms.now, starts = row["now"], list(row["rate_starts"] or ())
-        rate = None if row["rate_limit"] is None else Rate(row["rate_limit"], row["rate_period"])
+def claim_controlled_queues(conn: Any, *, batch_size: int, lease_seconds: float,
+                            queues: Sequence[str] | None = None) -> QueueClaim:
+    """Claim due jobs of capped or rate-limited queues within their room, the windows
+    written, in one statement (see the catalogue's job_claim_controlled); run it outside a
+    transaction, on a connection pgdrain owns."""
+    jobs: list[Job] = []
+    rates: dict[int, Rate] = {}
+    windows: list[RateWindow] = []
+    for row in as_session(conn).rows("job_claim_controlled", batch_size=batch_size,
+                                     lease_seconds=lease_seconds,
+                                     queues=list(queues) if queues else None):
+        limit, period = row.pop("rate_limit"), row.pop("rate_period")
+        starts, now = row.pop("rate_starts"), row.pop("clock")
+        rate = None if limit is None else Rate(limit, period)
+        if row["id"] is None:
+            if rate is not None:
+                windows.append(RateWindow("queue", row["queue"], rate, list(starts or ()), now))
+            continue
+        job = _claimed_job(row)
+        jobs.append(job)
         if rate is not None:
-            rooms.windows[row["scope"], row["name"]] = rate, starts
-        (rooms.queue_room if row["scope"] == "queue" else rooms.type_room)[row["name"]] = \
-            flow.room(max_running=row["max_running"], running=row["running"] or 0, rate=rate,
-                      starts=starts, now=rooms.now,
-                      slack=0.0 if rate is None else flow.start_slack(rate))
-    return rooms
+            rates[job.id] = rate
+    return QueueClaim(jobs, rates, windows)
 
 
-def _type_room(types: Sequence[str], rooms: _Rooms) -> dict[str, int]:
-    """Each rated type's room: none for one whose row another drain holds (or that is not
-    declared), so that no job of it starts here, in its own queue or a capped one."""
-    return {t: 0 for t in types} | rooms.type_room
+def lock_flow(session: Session, job_types: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Lock the rows of the capped and rate-limited queues and of ``job_types`` until the
+    transaction ends, skipping those another holds: (queues locked, types locked)."""
+    locked: dict[str, list[str]] = {"queue": [], "type": []}
+    for row in session.rows("flow_lock", job_types=list(job_types)):
+        locked[row["scope"]].append(row["name"])
+    return locked["queue"], locked["type"]
 
 
-def _write_windows(session: Session, rooms: _Rooms, started: dict[tuple[str, str], int]
-                   ) -> None:
-    """Append this claim's starts to the windows they count in, in one statement."""
-    from . import flow
-
-    written: dict[str, dict[str, str]] = {"queue": {}, "type": {}}
-    for (scope, name), count in sorted(started.items()):
-        rate, starts = rooms.windows[scope, name]
-        written[scope][name] = array_literal(flow.rate_record(
-            starts, rooms.now, count, rate, slack=flow.start_slack(rate)))
-    session.rows("flow_starts_write", queues=list(written["queue"]),
-                 queue_starts=list(written["queue"].values()),
-                 job_types=list(written["type"]), type_starts=list(written["type"].values()))
-
-
-def _claim_within(session: Session, batch_size: int, lease_seconds: float,
-                  queues: Sequence[str] | None, queue_room: dict[str, int],
-                  type_room: dict[str, int]) -> list[dict[str, Any]]:
-    """Claim due jobs within the queues' and types' room: in one statement when no type is
-    rate-limited (each queue's candidates all fit), else candidates, ``flow.choose``, claim."""
-    if not type_room:
-        return session.rows("job_claim_controlled", batch_size=batch_size,
-                            lease_seconds=lease_seconds, room_queues=list(queue_room),
-                            queue_rooms=list(queue_room.values()),
-                            queues=list(queues) if queues else None)
-    ids = _chosen(session, batch_size, queues, queue_room, type_room)
-    return session.rows("job_claim_ids", ids=ids, lease_seconds=lease_seconds) if ids else []
+def flow_limits(conn: Any, queues: Sequence[str] | None, job_types: Sequence[str]
+                ) -> list[FlowLimits]:
+    """The caps, running jobs and rate windows of ``queues`` (None: every capped or
+    rate-limited queue not paused) and of the rated ``job_types``, with the database's
+    clock (flow_rooms)."""
+    return [FlowLimits(scope=row["scope"], name=row["name"], max_running=row["max_running"],
+                       running=row["running"] or 0,
+                       rate=None if row["rate_limit"] is None
+                       else Rate(row["rate_limit"], row["rate_period"]),
+                       starts=list(row["rate_starts"] or ()), now=row["now"],
+                       tenants=bool(row["tenants"]))
+            for row in as_session(conn).rows("flow_rooms", queues=None if queues is None
+                                              else list(queues), job_types=list(job_types))]
 
 
-def _chosen(session: Session, batch_size: int, queues: Sequence[str] | None,
-            queue_room: dict[str, int], type_room: dict[str, int]) -> list[int]:
-    """The ids of the due jobs a controlled claim would take within the rooms (read, not
-    locked: see job_claim_candidates)."""
-    from . import flow
-
-    candidates = [flow.Candidate(r["id"], r["queue"], r["job_type"]) for r in session.rows(
+def claim_candidates(conn: Any, *, batch_size: int, queues: Sequence[str] | None,
+                     queue_room: Mapping[str, int], type_room: Mapping[str, int],
+                     fair: bool = False) -> list[Candidate]:
+    """The due jobs a controlled claim may take within the rooms, in claim order (``fair``:
+    each tenant in turn), read without a lock (job_claim_candidates)."""
+    return [Candidate(r["id"], r["queue"], r["job_type"]) for r in as_session(conn).rows(
         "job_claim_candidates", batch_size=batch_size,
         room_queues=list(queue_room), queue_rooms=list(queue_room.values()),
         room_types=list(type_room), type_rooms=list(type_room.values()),
-        queues=list(queues) if queues else None)]
-    return flow.choose(candidates, batch_size=batch_size, queue_room=queue_room,
-                       type_room=type_room)
+        queues=list(queues) if queues else None, fair=fair)]
 
 
-def controlled_due(conn: Any, *, limit: int, queues: Sequence[str] | None = None,
-                   type_rates: Mapping[str, Rate] | None = None) -> int:
-    """Due jobs of capped or rate-limited queues and of rate-limited types (``type_rates``)
-    that a controlled claim could take now, up to ``limit``: each within its room, exactly as
-    ``claim_controlled`` would choose them, read without a lock."""
-    session = as_session(conn)
-    types = sorted(type_rates or ())
-    rooms = _rooms(session, None, types)
-    if not rooms.queue_room and not rooms.type_room:
-        return 0
-    return len(_chosen(session, limit, queues, rooms.queue_room, _type_room(types, rooms)))
+def claim_ids(session: Session, ids: Sequence[int], *, lease_seconds: float) -> list[Job]:
+    """Claim the jobs ``ids`` still pending, in claim order (job_claim_ids)."""
+    if not ids:
+        return []
+    # In claim order as the statement returns them: sorted in Python, a run_at of -infinity
+    # or of a BC date (text from the driver, not a datetime) raised after the claim.
+    return [_claimed_job(r) for r in session.rows("job_claim_ids", ids=list(ids),
+                                                   lease_seconds=lease_seconds)]
+
+
+def write_windows(session: Session, queues: Mapping[str, Sequence[float]],
+                  job_types: Mapping[str, Sequence[float]]) -> None:
+    """Write the rate windows of ``queues`` and ``job_types``, in one statement."""
+    session.rows("flow_starts_write", queues=list(queues),
+                 queue_starts=[array_literal(w) for w in queues.values()],
+                 job_types=list(job_types),
+                 type_starts=[array_literal(w) for w in job_types.values()])
 
 
 def limited_due(conn: Any, *, queues: Sequence[str], job_types: Sequence[str],
@@ -668,12 +611,7 @@ def set_queue(conn: Any, queue: str, *, set_cap: bool = False, max_running: int 
 
 def _with_rate(row: dict[str, Any]) -> dict[str, Any]:
     limit, period = row.pop("rate_limit"), row.pop("rate_period")
-    if limit is None:
-        row["rate"] = None
-    else:
-        from .flow import Rate
-
-        row["rate"] = str(Rate(limit, period))
+    row["rate"] = None if limit is None else str(Rate(limit, period))
     return row
 
 

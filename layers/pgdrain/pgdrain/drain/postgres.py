@@ -100,15 +100,19 @@ class PostgresStore:
                          queues: Sequence[str] | None) -> ControlledClaim:
         self._claiming()
         self._declare_rates()
-        return pgstore.claim_controlled(self.session(), batch_size=batch_size,
-                                        lease_seconds=lease_seconds, queues=queues,
-                                        type_rates=self.type_rates)
+        from .. import claiming  # only drains with caps or rates pay for it
+
+        return claiming.claim_controlled(self.session(), batch_size=batch_size,
+                                         lease_seconds=lease_seconds, queues=queues,
+                                         type_rates=self.type_rates)
 
     def _declare_rates(self) -> None:
         # Once per invocation, not per warm connector: a rated type without its row has no
         # room (no job of it starts), so a row an operator deleted comes back at once.
         if not self.rates_declared:
-            pgstore.declare_type_rates(self.session(), self.type_rates)
+            from .. import claiming
+
+            claiming.declare_type_rates(self.session(), self.type_rates)
             self.rates_declared = True
 
     def _declare_once(self, what: str, value: Any, write: Callable[[Session, Any], None]
@@ -167,8 +171,10 @@ class PostgresStore:
                                             limited_types=self.limited_types)
         if due < limit and (controlled or self.type_rates):
             self._declare_rates()
-            due += pgstore.controlled_due(self.session(), limit=limit - due, queues=queues,
-                                          type_rates=self.type_rates)
+            from .. import claiming
+
+            due += claiming.controlled_due(self.session(), limit=limit - due, queues=queues,
+                                           type_rates=self.type_rates)
         return due
 
 

@@ -10,6 +10,36 @@
 -- text in place at load, `<row>.` written as `<alias>.`, so every statement stays plain SQL
 -- that the planner sees whole. Fragments are sorted by name; each is used somewhere.
 
+-- fragment: flow_queue_window(r)
+-- A controlled queue's claimable jobs (r.queue), in claim order, at most 1,000: one range of
+-- jobs_pending_queue_idx (only it has the bound on (queue, priority), true of the queue's
+-- every job: no plan walks jobs_pending_idx filtered by queue), through a constant LIMIT (the
+-- room, which the planner cannot read, it costs at a tenth of the rows under it, and a tenth
+-- of a whole queue's range passed jit_above_cost). Due (job_due) and its key's head
+-- (job_ordering_head); the queue is not paused (flow_lock never locks a paused one).
+SELECT jobs.id, jobs.queue, jobs.job_type, jobs.priority, jobs.run_at, jobs.tenant
+FROM jobs
+WHERE jobs.queue = r.queue
+  AND (jobs.queue, jobs.priority) >= (r.queue, -32768)
+  AND {{job_due(jobs)}}
+  AND {{job_ordering_head(jobs)}}
+ORDER BY jobs.priority, jobs.run_at, jobs.id
+LIMIT 1000
+
+-- fragment: flow_type_window(t)
+-- A rated job type's claimable jobs (t.job_type) outside paused and controlled queues
+-- (job_queue_plain: a controlled queue's window takes those), as flow_queue_window, through
+-- jobs_pending_type_idx.
+SELECT jobs.id, jobs.queue, jobs.job_type, jobs.priority, jobs.run_at, jobs.tenant
+FROM jobs
+WHERE jobs.job_type = t.job_type
+  AND (jobs.job_type, jobs.priority) >= (t.job_type, -32768)
+  AND {{job_due(jobs)}}
+  AND {{job_queue_plain(jobs)}}
+  AND {{job_ordering_head(jobs)}}
+ORDER BY jobs.priority, jobs.run_at, jobs.id
+LIMIT 1000
+
 -- fragment: job_claim_returning(j)
 -- What every claim returns of each job it claimed (models.Job). The payload comes back as
 -- text, decoded job by job: a row inserted by plain SQL that the driver cannot decode (a
@@ -265,21 +295,27 @@ FROM (SELECT job_type FROM pgdrain_type_rates
 -- What limits the next start, read after the locks (this statement's snapshot sees every
 -- claim committed before them): each controlled queue's cap, running jobs (claimed but not
 -- started included) and rate window; each locked type's rate window; and the clock, taken
--- after the locks, so that windows are written in the order their locks were held. :queues
--- NULL: every capped or rate-limited queue not paused (the due count reads them unlocked).
+-- after the locks, so that windows are written in the order their locks were held; and
+-- whether pending jobs name tenants. :queues NULL: every capped or rate-limited queue not
+-- paused (the due count reads them unlocked).
 SELECT 'queue' AS scope, q.queue AS name, q.max_running,
        CASE WHEN q.max_running IS NULL THEN NULL ELSE
            (SELECT count(*) FROM jobs AS r WHERE r.status = 'running' AND r.queue = q.queue)
        END::int AS running,
        q.rate_limit, q.rate_period, q.rate_starts,
-       EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now
+       EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now,
+       -- As jobs_tenanted: whether pending jobs name tenants (job_claim_candidates' :fair).
+       (SELECT j.tenant FROM jobs AS j WHERE j.status = 'pending' AND j.tenant IS NOT NULL
+        ORDER BY j.tenant LIMIT 1) IS NOT NULL AS tenants
 FROM pgdrain_queues AS q
 WHERE CASE WHEN :queues::text[] IS NULL
            THEN (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL) AND q.paused_at IS NULL
            ELSE q.queue = ANY (:queues::text[]) END
 UNION ALL
 SELECT 'type', t.job_type, NULL, NULL, t.rate_limit, t.rate_period, t.rate_starts,
-       EXTRACT(EPOCH FROM clock_timestamp())::float8
+       EXTRACT(EPOCH FROM clock_timestamp())::float8,
+       (SELECT j.tenant FROM jobs AS j WHERE j.status = 'pending' AND j.tenant IS NOT NULL
+        ORDER BY j.tenant LIMIT 1) IS NOT NULL
 FROM pgdrain_type_rates AS t
 WHERE t.job_type = ANY (:job_types::text[])
 
@@ -536,8 +572,10 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- a rated type's jobs; flow_lock), so no other claim competes for them, and job_claim_ids
 -- claims only those still pending. Unlocked, it is also the due count's (controlled_due):
 -- what a claim could take now, with no row lock written. Run after flow_lock and flow_rooms;
--- the caller picks (flow.choose) and claims the picked ones with job_claim_ids. Paused queues
--- and ordering keys' later jobs are left out as by the plain claim; a job whose claim was lost
+-- the caller picks (flow.choose) and claims the picked ones with job_claim_ids. Each job is
+-- due (job_due: cancel-requested and expired jobs left out) and its ordering key's head
+-- (job_ordering_head); a type's jobs in paused or controlled queues are left out
+-- (job_queue_plain), and paused queues are never locked; a job whose claim was lost
 -- before is taken here (job_claim_alone leaves controlled queues and types alone), its start
 -- recorded, and the drain runs it alone. A queue's due jobs are one range of
 -- jobs_pending_queue_idx, a type's of jobs_pending_type_idx (without them, every claim walked
@@ -547,7 +585,11 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- passed jit_above_cost (100,000; JIT-compiled on stock PostgreSQL: 500-580 ms a claim). A
 -- type's jobs in a paused, capped or rate-limited queue are left out behind an initplan, as
 -- in the plain claim: a NOT EXISTS per row became an anti-join that sorted all the type's
--- jobs. So a queue or type offers at most 1,000 jobs a claim.
+-- jobs. So a queue or type offers at most 1,000 jobs a claim (flow_queue_window,
+-- flow_type_window). :fair (pending jobs name tenants; flow_rooms says): each window's jobs
+-- are taken from each tenant in turn (jobs without a tenant are one more group), each
+-- tenant's first before any tenant's second, and the window is read whole; else in claim
+-- order, reading only what the room takes. One branch runs (the other's filter is constant).
 WITH queue_room AS (
     SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
     WHERE r.room > 0
@@ -560,110 +602,57 @@ FROM (
     SELECT d.*
     FROM queue_room AS r
     CROSS JOIN LATERAL (
-        SELECT * FROM (
-            SELECT id, queue, job_type, priority, run_at
-            FROM jobs
-            WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
-              -- Only jobs_pending_queue_idx has this bound (true of the queue's every job):
-              -- no plan walks jobs_pending_idx filtered by queue.
-              AND (queue, priority) >= (r.queue, -32768)
-              AND (expires_at IS NULL OR expires_at > now())
-              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-              AND (ordering_key IS NULL OR NOT EXISTS (
-                       SELECT FROM jobs AS o
-                       WHERE o.ordering_key = jobs.ordering_key
-                         AND o.status IN ('pending', 'running')
-                         AND (o.status = 'running' OR o.id < jobs.id)))
-            ORDER BY priority, run_at, id
-            LIMIT 1000
-        ) AS w
+        SELECT w.*, 1::bigint AS turn
+        FROM ({{flow_queue_window(r)}}) AS w
         LIMIT least(r.room, :batch_size::int)
     ) AS d
+    WHERE NOT :fair::boolean
+    UNION ALL
+    SELECT d.*
+    FROM queue_room AS r
+    CROSS JOIN LATERAL (
+        SELECT w.*, row_number() OVER (PARTITION BY w.tenant
+                                       ORDER BY w.priority, w.run_at, w.id) AS turn
+        FROM ({{flow_queue_window(r)}}) AS w
+        ORDER BY turn, w.priority, w.run_at, w.id
+        LIMIT least(r.room, :batch_size::int)
+    ) AS d
+    WHERE :fair::boolean
     UNION ALL
     SELECT d.*
     FROM type_room AS t
     CROSS JOIN LATERAL (
-        SELECT * FROM (
-            SELECT id, queue, job_type, priority, run_at
-            FROM jobs
-            WHERE status = 'pending' AND job_type = t.job_type AND run_at <= now()
-              -- Only jobs_pending_type_idx has this bound, as the queues' above.
-              AND (job_type, priority) >= (t.job_type, -32768)
-              AND (expires_at IS NULL OR expires_at > now())
-              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-              AND (NOT EXISTS (SELECT FROM pgdrain_queues AS q
-                               WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL
-                                  OR q.rate_limit IS NOT NULL)
-                   OR queue <> ALL (ARRAY(SELECT q.queue FROM pgdrain_queues AS q
-                                          WHERE q.paused_at IS NOT NULL
-                                             OR q.max_running IS NOT NULL
-                                             OR q.rate_limit IS NOT NULL)))
-              AND (ordering_key IS NULL OR NOT EXISTS (
-                       SELECT FROM jobs AS o
-                       WHERE o.ordering_key = jobs.ordering_key
-                         AND o.status IN ('pending', 'running')
-                         AND (o.status = 'running' OR o.id < jobs.id)))
-            ORDER BY priority, run_at, id
-            LIMIT 1000
-        ) AS w
+        SELECT w.*, 1::bigint AS turn
+        FROM ({{flow_type_window(t)}}) AS w
         LIMIT least(t.room, :batch_size::int)
     ) AS d
+    WHERE NOT :fair::boolean
+    UNION ALL
+    SELECT d.*
+    FROM type_room AS t
+    CROSS JOIN LATERAL (
+        SELECT w.*, row_number() OVER (PARTITION BY w.tenant
+                                       ORDER BY w.priority, w.run_at, w.id) AS turn
+        FROM ({{flow_type_window(t)}}) AS w
+        ORDER BY turn, w.priority, w.run_at, w.id
+        LIMIT least(t.room, :batch_size::int)
+    ) AS d
+    WHERE :fair::boolean
 ) AS c
-ORDER BY c.priority, c.run_at, c.id
+ORDER BY c.turn, c.priority, c.run_at, c.id
 
 -- name: job_claim_controlled
--- Claim up to :batch_size due jobs of capped or rate-limited queues within each queue's room
--- (:room_queues, :queue_rooms; read by flow_rooms under flow_lock), each queue offering
--- at most a batch, in claim order: job_claim_candidates and job_claim_ids in one statement,
--- for a drain that declares no rate-limited job type (then no type's room can refuse a
--- candidate, and nothing is left to pick in Python). Each queue's range is read as in
--- job_claim_candidates (jobs_pending_queue_idx, a window of at most 1,000).
-WITH queue_room AS (
-    SELECT * FROM unnest(:room_queues::text[], :queue_rooms::int[]) AS r(queue, room)
-    WHERE r.room > 0
-), due AS MATERIALIZED (
-    SELECT d.id
-    FROM queue_room AS r
-    CROSS JOIN LATERAL (
-        SELECT * FROM (
-            SELECT id, priority, run_at
-            FROM jobs
-            WHERE status = 'pending' AND queue = r.queue AND run_at <= now()
-              -- Only jobs_pending_queue_idx has this bound (true of the queue's every job):
-              -- no plan walks jobs_pending_idx filtered by queue.
-              AND (queue, priority) >= (r.queue, -32768)
-              AND (expires_at IS NULL OR expires_at > now())
-              AND (:queues::text[] IS NULL OR queue = ANY (:queues::text[]))
-              AND (ordering_key IS NULL OR NOT EXISTS (
-                       SELECT FROM jobs AS o
-                       WHERE o.ordering_key = jobs.ordering_key
-                         AND o.status IN ('pending', 'running')
-                         AND (o.status = 'running' OR o.id < jobs.id)))
-            ORDER BY priority, run_at, id
-            LIMIT 1000
-            FOR UPDATE SKIP LOCKED
-        ) AS w
-        LIMIT least(r.room, :batch_size::int)
-    ) AS d
-    ORDER BY d.priority, d.run_at, d.id
-    LIMIT :batch_size::int
-), claimed AS (
-    UPDATE jobs AS j
-    SET status           = 'running',
-        attempts         = j.attempts + 1,
-        claimed_at       = now(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-        lease_token      = gen_random_uuid(),
-        -- A job whose claim was lost before has its start recorded, as job_claim_alone does.
-        started_at       = CASE WHEN j.lost_claims > 0 THEN now() END,
-        updated_at       = now()
-    FROM due
-    WHERE j.id = due.id
-    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
-              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
-)
-SELECT * FROM claimed ORDER BY priority, run_at, id
+-- Claim up to :batch_size due jobs of capped or rate-limited queues (among :queues, if given)
+-- within each queue's room, in one call: pgdrain_claim_controlled (migration 0018) locks the
+-- queues' rows (skipping those another drain holds), reads their room after the locks, claims
+-- what fits (from each tenant in turn while pending jobs name tenants) and appends the
+-- starts to the rate windows. For a drain that declares no rate-limited job type (else the
+-- claim is flow_lock, flow_rooms, job_claim_candidates, job_claim_ids, flow_starts_write).
+-- Rows without an id: it claimed nothing, and these are the locked rate-limited queues'
+-- windows (pgdrain.claiming tells from them when a rate frees).
+SELECT *
+FROM pgdrain_claim_controlled(
+    :batch_size::int, :lease_seconds::float8, :queues::text[])
 
 -- name: job_claim_fair
 -- Claim up to :batch_size claimable jobs (job_claimable) taking from each tenant in turn,
@@ -840,23 +829,15 @@ SELECT id, job_type, payload, attempts, max_attempts, queue, priority, run_at, c
 FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_ids
--- Claim the jobs a controlled claim picked (locked by its job_claim_candidates), as
--- job_claim_batch claims, and return them in claim order as it does: ordered here, not by
--- the caller, for run_at may be -infinity or a BC date, which the driver returns as text.
+-- Claim the jobs a controlled claim picked (read by its job_claim_candidates) that are still
+-- pending, as every claim claims (job_claim_set), and return them in claim order: ordered
+-- here, not by the caller, for run_at may be -infinity or a BC date, which the driver returns
+-- as text.
 WITH claimed AS (
     UPDATE jobs AS j
-    SET status           = 'running',
-        attempts         = j.attempts + 1,
-        claimed_at       = now(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds::float8),
-        lease_token      = gen_random_uuid(),
-        -- A job whose claim was lost before has its start recorded, as job_claim_alone does.
-        started_at       = CASE WHEN j.lost_claims > 0 THEN now() END,
-        updated_at       = now()
+    SET {{job_claim_set(j)}}
     WHERE j.id = ANY (:ids::bigint[]) AND j.status = 'pending'
-    RETURNING j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts,
-              j.queue, j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-              j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims
+    RETURNING {{job_claim_returning(j)}}
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
