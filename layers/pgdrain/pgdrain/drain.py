@@ -26,6 +26,7 @@ from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import fanout
 from . import store as pgstore
 from .completer import Completer, Recorded
 from .db import Connector, NoTimeLeft, Session
@@ -206,6 +207,11 @@ class DrainStore(Protocol):
 
     def drains_running(self) -> int: ...
 
+    def reserve_launches(self, wanted: int, slots: int) -> int:
+        """Room for up to ``wanted`` launches within ``slots`` (pgdrain.fanout)."""
+
+    def unreserve_launches(self, count: int) -> None: ...
+
     def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
         """Due jobs a claim could take now, up to ``limit``: what decides continuation and
         fan-out (capped and rate-limited work within its room; not an ordering key's later
@@ -355,6 +361,13 @@ class PostgresStore:
 
     def drains_running(self) -> int:
         return pgstore.drains_running(self.session())
+
+    def reserve_launches(self, wanted: int, slots: int) -> int:
+        return pgstore.reserve_drain_launches(self.session(), wanted, slots,
+                                              lapse_seconds=fanout.LAPSE_SECONDS)
+
+    def unreserve_launches(self, count: int) -> None:
+        pgstore.unreserve_drain_launches(self.session(), count)
 
     def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
         due, controlled = pgstore.due_count(self.session(), limit=limit, queues=queues,
@@ -555,10 +568,7 @@ class _Drain:
         per_drain = self.settings.concurrency
         due = self.store.due(limit=per_drain * self.settings.max_drains,
                              queues=self.settings.queues or None)
-        wanted = min(math.ceil(due / per_drain) - 1,
-                     self.settings.max_drains - self.store.drains_running())
-        if wanted > 0:
-            self.summary.continued += self.launcher.launch(wanted, "fan-out")
+        self._launch(fanout.wanted(due, per_drain), "fan-out")
 
     def _continue_if_due(self) -> None:
         """After giving the slot back: if due work is left, start a drain for it, so a
@@ -571,7 +581,20 @@ class _Drain:
         if self.time_left() <= self.margin * (1 - IO_SHARE_OF_MARGIN):
             return  # no time to ask; the schedule's next tick will look
         if self.store.due(limit=1, queues=self.settings.queues or None):
-            self.summary.continued += self.launcher.launch(1, "continue")
+            self._launch(1, "continue")
+
+    def _launch(self, wanted: int, reason: str) -> None:
+        """Start up to ``wanted`` drains, within the room the ledger of launches on their way
+        gives (pgdrain.fanout); an invoke that failed gives its room back."""
+        assert self.launcher is not None
+        reserved = self.store.reserve_launches(wanted, self.settings.max_drains) \
+            if wanted > 0 else 0
+        if reserved:
+            started = self.launcher.launch(reserved, reason)
+            self.summary.continued += started
+            if started < reserved:
+                with suppress(DatabaseUnavailable):  # else they lapse by themselves
+                    self.store.unreserve_launches(reserved - started)
 
     def _drain(self) -> None:
         while True:
