@@ -31,12 +31,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-LAPSE_SECONDS = 20.0
-"""How long a launch holds its room without its drain starting. An asynchronous invoke
-starts within a second or two, a cold start included (Lambda's init phase is bounded at 10 s);
-one that has not started by then was lost or is throttled, and its room goes to the next
-launch. Past this, a very late start may find every slot taken (busy), which costs one
-request, never a slot over the cap."""
+LAPSE_SECONDS = 60.0
+"""How long a launch holds its room without its drain starting: the drain function's
+MaximumEventAgeInSeconds (template.yaml), after which Lambda drops an asynchronous event it
+has not run (throttled, or lost), so that a launch not started by then never will be. Most
+start within seconds; but a cold start on a loaded host took up to a minute in the local
+stand-in (bench/backlog.py, 16 drains on two cores), and a reservation that lapses before its
+drain starts lets the next fan-out launch for the same slot again (busy: one request, never a
+slot over the cap). Meanwhile a lost launch keeps one slot empty: the other drains run, and
+the schedule ticks within the same minute."""
 
 
 def wanted(due: int, per_drain: int) -> int:
