@@ -118,7 +118,7 @@ def test_drains_start_drains_only_for_slots_that_no_launch_will_take(
     # fans out too as it starts, and each stopping drain continues. Before the ledger of
     # launches on their way, every drain of the burst launched again for its siblings' free
     # slots, and the surplus answered busy (or found no container: throttled, in Lambda).
-    state, port, log = standin
+    state, _port, log = standin
     state.env.update({"PGDRAIN_CONCURRENCY": "5", "PGDRAIN_MAX_DRAINS": "4",
                       "PGDRAIN_MAX_JOBS": "40", "POWERTOOLS_LOG_LEVEL": "WARNING"})
     conn = connect(database_url)
