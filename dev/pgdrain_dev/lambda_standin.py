@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -87,12 +88,22 @@ class StandIn:
         self.peak = 0
         self.invocations = 0
         self.refused = 0
+        self.asked: Counter[str] = Counter()
+        """Invokes asked for, by the event's ``reason`` (a drain's: ``fan-out``, ``continue``)
+        or else its ``source``, the refused ones included."""
+        self.refused_by: Counter[str] = Counter()
+        """Invokes refused for want of a container (Lambda would throttle them, and retry an
+        asynchronous one later), by the same key. They are not in the log."""
 
     def invoke(self, function_name: str, event: Any) -> dict[str, Any] | None:
+        why = reason(event)
+        with self.lock:
+            self.asked[why] += 1
         container = self._container()
         if container is None:
             with self.lock:
                 self.refused += 1
+                self.refused_by[why] += 1
             return None
         started = time.time()
         try:
@@ -135,6 +146,14 @@ class StandIn:
     def close(self) -> None:
         for container in self.all:
             container.close()
+
+
+def reason(event: Any) -> str:
+    """Why an invocation was asked for: a drain's launch says (``fan-out``, ``continue``),
+    else its source (``bench``, ``pgdrain.doorbell``, ``aws.events``)."""
+    if isinstance(event, dict):
+        return str(event.get("reason") or event.get("source") or "direct")
+    return "direct"
 
 
 def make_server(standin: StandIn, port: int = 0) -> ThreadingHTTPServer:

@@ -112,6 +112,36 @@ def test_one_invoke_drains_a_backlog_through_continuation_and_fan_out(
     assert max(s["claimed"] for s in summaries) <= 40
 
 
+def test_drains_start_drains_only_for_slots_that_no_launch_will_take(
+        standin, database_url, monkeypatch):
+    # A backlog of 4 drains' work at a cap of 4: the first drain launches 3, and each of those
+    # fans out too as it starts, and each stopping drain continues. Before the ledger of
+    # launches on their way, every drain of the burst launched again for its siblings' free
+    # slots, and the surplus answered busy (or found no container: throttled, in Lambda).
+    state, _port, log = standin
+    state.env.update({"PGDRAIN_CONCURRENCY": "5", "PGDRAIN_MAX_DRAINS": "4",
+                      "PGDRAIN_MAX_JOBS": "40", "POWERTOOLS_LOG_LEVEL": "WARNING"})
+    conn = connect(database_url)
+    sampler = SlotSampler(database_url)
+    sampler.start()
+    try:
+        conn.run("INSERT INTO jobs (job_type, payload) SELECT 'test-sleep', "
+                 "'{\"seconds\": 0.2}' FROM generate_series(1, 240)")
+        state.invoke("pgdrain-drain", {"source": "test"})  # the first drain, as a tick's
+        wait_until_drained(conn, 90)
+        time.sleep(1.0)  # the last drains look once more and return
+    finally:
+        conn.close()
+        sampler.close()
+    summaries = [r["result"] for r in invocations(log) if "result" in r]
+    assert sum(s["done"] for s in summaries) == 240
+    launched = state.asked["fan-out"] + state.asked["continue"]
+    assert launched >= 5 and state.asked["fan-out"] >= 3  # 240 jobs at 40 a drain, 4 at once
+    assert [s for s in summaries if s["stopped"] == "busy"] == []
+    assert state.refused == 0
+    assert 2 <= sampler.most <= 4
+
+
 def test_post_drain_answers_202_at_once_and_the_drain_runs_asynchronously(
         standin, database_url, load_function, monkeypatch):
     # API Gateway gives up after 29 s and a drain may run for minutes: the route starts a

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pgdrain.fanout import Ledger
 from pgdrain.models import ControlledClaim, Finish, JanitorResult, Job, Outcome, Written
 from pgdrain.policy import DEFAULT_POLICY, Fail, Refund, after_lost_lease
 
@@ -34,6 +35,8 @@ class FakeStore:
     controlled: bool = False
     """What the janitor says of caps and rates: True, and the drain runs claim_controlled."""
     rate_holds: list[float] = field(default_factory=list)
+    launches: Ledger = field(init=False)
+    """Drains launched and not yet started (drain_slot_reserve's ledger), on the fake clock."""
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     # --- the test's side ---------------------------------------------------------------------
@@ -187,8 +190,12 @@ class FakeStore:
     def give_back(self, session: Any, *, broken: bool) -> None:
         raise NotImplementedError("transactional handlers need PostgreSQL")
 
+    def __post_init__(self) -> None:
+        self.launches = Ledger(lambda: self.now.timestamp())
+
     def take_slot(self, slots: int) -> int | None:
         self._step("take_slot")
+        self.launches.arrived()
         free = [s for s in range(slots) if s not in self.slots_taken]
         if not free:
             return None
@@ -201,6 +208,14 @@ class FakeStore:
 
     def drains_running(self) -> int:
         return len(self.slots_taken)
+
+    def reserve_launches(self, wanted: int, slots: int) -> int:
+        self.calls.append("reserve_launches")
+        return self.launches.reserve(wanted, slots, len(self.slots_taken))
+
+    def unreserve_launches(self, count: int) -> None:
+        self.calls.append("unreserve_launches")
+        self.launches.unreserve(count)
 
     def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
         self.calls.append("due")

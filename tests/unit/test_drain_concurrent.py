@@ -246,6 +246,35 @@ def test_fan_out_counts_the_drains_already_running(registry_ok):
     assert launcher.calls == []  # three running, this one included; and it emptied the queue
 
 
+def test_fan_out_counts_the_drains_launched_and_not_yet_started(registry_ok):
+    # A drain of a burst: another drain launched two more a moment ago, one of them this one.
+    store, launcher = FakeStore(), Launcher()
+    assert store.launches.reserve(2, 4, len(store.slots_taken) + 1) == 2
+    store.slots_taken.add(3)                    # the drain that launched them, still running
+    for _ in range(35):
+        store.add("ok")
+    run(store, registry_ok, launcher=launcher, max_drains=4)
+    # Four drains want to run (35 due, 10 each): the launcher, this one, the sibling still
+    # on its way; one more fits under the cap, not three.
+    assert launcher.calls[0] == (1, "fan-out")
+
+
+class FailingLauncher(Launcher):
+    def launch(self, count: int, reason: str) -> int:
+        self.calls.append((count, reason))
+        return 0  # throttled, or the endpoint unreachable
+
+
+def test_launches_that_failed_give_their_room_back(registry_ok):
+    store, launcher = FakeStore(), FailingLauncher()
+    for _ in range(35):
+        store.add("ok")
+    summary = run(store, registry_ok, launcher=launcher, max_jobs=5, max_drains=3)
+    # Nothing on its way: the continuation had the room the failed fan-out gave back.
+    assert launcher.calls == [(2, "fan-out"), (1, "continue")]
+    assert summary.continued == 0 and store.launches.on_their_way() == 0
+
+
 def test_an_empty_queue_starts_nothing(registry_ok):
     store, launcher = FakeStore(), Launcher()
     summary = run(store, registry_ok, launcher=launcher)

@@ -644,6 +644,22 @@ def give_back_drain_slot(conn: Any, slot: int) -> None:
     as_session(conn).one("drain_slot_give_back", lock_key=DRAIN_SLOT_LOCK_KEY, slot=slot)
 
 
+def reserve_drain_launches(conn: Any, wanted: int, slots: int, *, lapse_seconds: float
+                           ) -> int:
+    """Reserve room for up to ``wanted`` drains about to be launched, within ``slots`` minus
+    the slots taken minus the launches on their way; how many to launch. Each reservation
+    lapses after ``lapse_seconds`` unless a drain's start (take_drain_slot) takes it first."""
+    row = as_session(conn).one("drain_slot_reserve", wanted=wanted, slots=slots,
+                               lock_key=DRAIN_SLOT_LOCK_KEY, seconds=lapse_seconds)
+    return 0 if row is None else int(row["reserved"])
+
+
+def unreserve_drain_launches(conn: Any, count: int) -> int:
+    """Take ``count`` reservations of launches that did not happen off; how many are left."""
+    row = as_session(conn).one("drain_slot_unreserve", count=count)
+    return 0 if row is None else int(row["on_its_way"])
+
+
 def drain_slots_held(conn: Any) -> list[dict[str, Any]]:
     """The drain slots taken now: ``slot``, ``pid``, ``connected_seconds``, ``state``,
     ``application_name`` of the session holding each."""

@@ -89,6 +89,11 @@ class DrainStore(Protocol):
 
     def drains_running(self) -> int: ...
 
+    def reserve_launches(self, wanted: int, slots: int) -> int:
+        """Room for up to ``wanted`` launches within ``slots`` (pgdrain.fanout)."""
+
+    def unreserve_launches(self, count: int) -> None: ...
+
     def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
         """Due jobs a claim could take now, up to ``limit``: what decides continuation and
         fan-out (capped and rate-limited work within its room; not an ordering key's later

@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import fanout
 from .. import store as pgstore
 from ..db import Connector, Session
 from ..errors import DatabaseUnavailable
@@ -165,6 +166,13 @@ class PostgresStore:
 
     def drains_running(self) -> int:
         return pgstore.drains_running(self.session())
+
+    def reserve_launches(self, wanted: int, slots: int) -> int:
+        return pgstore.reserve_drain_launches(self.session(), wanted, slots,
+                                              lapse_seconds=fanout.LAPSE_SECONDS)
+
+    def unreserve_launches(self, count: int) -> None:
+        pgstore.unreserve_drain_launches(self.session(), count)
 
     def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
         due, controlled = pgstore.due_count(self.session(), limit=limit, queues=queues,

@@ -4,11 +4,11 @@ and ``drain()``, its entry point."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from contextlib import suppress
 
+from .. import fanout
 from ..db import Connector, NoTimeLeft
 from ..errors import ConfigError, DatabaseConnectError, DatabaseUnavailable
 from ..hooks import install as install_hooks
@@ -120,10 +120,7 @@ class _Pass:
         per_drain = s.settings.concurrency
         due = s.store.due(limit=per_drain * s.settings.max_drains,
                           queues=s.settings.queues or None)
-        wanted = min(math.ceil(due / per_drain) - 1,
-                     s.settings.max_drains - s.store.drains_running())
-        if wanted > 0:
-            s.summary.continued += s.launcher.launch(wanted, "fan-out")
+        self._launch(fanout.wanted(due, per_drain), "fan-out")
 
     def _continue_if_due(self) -> None:
         """After giving the slot back: if due work is left, start a drain for it, so a
@@ -137,7 +134,20 @@ class _Pass:
         if not s.budget.may_ask(s.time_left()):
             return  # no time to ask; the schedule's next tick will look
         if s.store.due(limit=1, queues=s.settings.queues or None):
-            s.summary.continued += s.launcher.launch(1, "continue")
+            self._launch(1, "continue")
+
+    def _launch(self, wanted: int, reason: str) -> None:
+        """Start up to ``wanted`` drains, within the room the ledger of launches on their way
+        gives (pgdrain.fanout); an invoke that failed gives its room back."""
+        s = self.s
+        assert s.launcher is not None
+        reserved = s.store.reserve_launches(wanted, s.settings.max_drains) if wanted > 0 else 0
+        if reserved:
+            started = s.launcher.launch(reserved, reason)
+            s.summary.continued += started
+            if started < reserved:
+                with suppress(DatabaseUnavailable):  # else they lapse by themselves
+                    s.store.unreserve_launches(reserved - started)
 
     def _stopped_by_database(self, exc: DatabaseUnavailable) -> None:
         """End the drain on a database failure, with a summary that says so."""

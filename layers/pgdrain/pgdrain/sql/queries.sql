@@ -212,6 +212,43 @@ SELECT pg_advisory_unlock(:lock_key::int, :slot::int) AS released,
             THEN set_config('idle_session_timeout', '0', false)
        END AS idle_session_timeout
 
+-- name: drain_slot_reserve
+-- Reserve room for up to :wanted drains about to be launched (pgdrain.fanout): within :slots
+-- minus the slots taken now minus the launches still on their way (reservations younger than
+-- their lapse); each new reservation lapses :seconds from now. Returns how many were
+-- reserved: the launches to make. The row lock (FOR UPDATE, then the update of the same row)
+-- makes every reservation and every drain's start (drain_slot_take) see the others' writes;
+-- it is held for this statement only.
+WITH ledger AS (
+    SELECT ARRAY(SELECT u FROM unnest(l.launched) AS u
+                 WHERE u > clock_timestamp() ORDER BY u) AS on_its_way
+    FROM pgdrain_drain_launches AS l
+    FOR UPDATE
+), taken AS (
+    SELECT count(*)::int AS n
+    FROM pg_locks
+    WHERE locktype = 'advisory'
+      AND classid = :lock_key::int::oid
+      AND objsubid = 2
+      AND granted
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+), grant_ AS (
+    SELECT greatest(0, least(:wanted::int,
+                             :slots::int - taken.n - cardinality(ledger.on_its_way)))
+               AS reserved,
+           ledger.on_its_way
+    FROM ledger, taken
+), written AS (
+    UPDATE pgdrain_drain_launches
+    SET launched = g.on_its_way
+                   || array_fill(clock_timestamp() + make_interval(secs => :seconds::float8),
+                                 ARRAY[g.reserved])
+    FROM grant_ AS g
+    WHERE g.reserved > 0
+    RETURNING 1
+)
+SELECT reserved FROM grant_
+
 -- name: drain_slot_take
 -- A running drain holds one of :slots session-level advisory locks (key :lock_key, slot):
 -- the first free one, or none (all taken: the drain returns at once). The set is scanned
@@ -220,14 +257,37 @@ SELECT pg_advisory_unlock(:lock_key::int, :slot::int) AS released,
 -- FIN, and its server session would sit idle holding the slot for hours (until TCP keepalives
 -- give up): while it holds one, the session ends after :idle_ms idle (PostgreSQL 14+), the time
 -- its invocation had, so no drain holds a slot longer than its invocation could.
-SELECT s.slot,
-       CASE WHEN current_setting('server_version_num')::int >= 140000
-            THEN set_config('idle_session_timeout', :idle_ms::int::text, false)
-       END AS idle_session_timeout
-FROM (SELECT slot
-      FROM generate_series(0, :slots::int - 1) AS slot
-      WHERE pg_try_advisory_lock(:lock_key::int, slot)
-      LIMIT 1) AS s
+-- A drain that tries for a slot has arrived, slot or not: it takes the oldest launch on its
+-- way off the ledger (drain_slot_reserve), with the lapsed ones, after the try, so that a
+-- reservation counting the room is never off the ledger before its slot is taken.
+WITH s AS (
+    SELECT t.slot,
+           CASE WHEN current_setting('server_version_num')::int >= 140000
+                THEN set_config('idle_session_timeout', :idle_ms::int::text, false)
+           END AS idle_session_timeout
+    FROM (SELECT slot
+          FROM generate_series(0, :slots::int - 1) AS slot
+          WHERE pg_try_advisory_lock(:lock_key::int, slot)
+          LIMIT 1) AS t
+), arrived AS (
+    UPDATE pgdrain_drain_launches
+    SET launched = ARRAY(SELECT u FROM unnest(launched) AS u
+                         WHERE u > clock_timestamp() ORDER BY u OFFSET 1)
+    WHERE (SELECT count(*) FROM s) >= 0
+      AND launched <> '{}'
+    RETURNING 1
+)
+SELECT slot, idle_session_timeout FROM s
+
+-- name: drain_slot_unreserve
+-- Launches that drain_slot_reserve made room for and that did not happen (the invoke failed):
+-- take the :count newest reservations off the ledger, with the lapsed ones.
+UPDATE pgdrain_drain_launches
+SET launched = ARRAY(SELECT u FROM (SELECT u FROM unnest(launched) AS u
+                                    WHERE u > clock_timestamp()
+                                    ORDER BY u DESC OFFSET :count::int) AS kept
+                     ORDER BY u)
+RETURNING cardinality(launched) AS on_its_way
 
 -- name: drain_slots_held
 -- The drain slots taken now, with the session holding each (for `pgdrain top`): pg_locks
