@@ -197,10 +197,15 @@ def _enqueue(conn, count: int, *, queue: str = "default", job_type: str = "test-
                                                * count)]
 
 
-def test_a_partition_inside_the_controlled_claim_stops_no_other_queue(load_function, conn,
-                                                                       sql, proxy):
+def test_a_partition_inside_the_controlled_claim_stops_no_other_queue(
+        load_function, function_env, conn, sql, proxy, rated_type_unloaded):
     healthy = _healthy(load_function)
-    partitioned = load_function("drain", DATABASE_URL=proxy.url(PARTITIONED))
+    # A drain that declares a rated type claims capped queues in a transaction of its own
+    # (flow_lock, flow_rooms, ...); without one it is a single autocommitting call, which
+    # the claim paths' test below cuts.
+    partitioned = load_function(
+        "drain", DATABASE_URL=proxy.url(PARTITIONED),
+        PGDRAIN_JOBS=function_env["PGDRAIN_JOBS"] + f",{RATED_JOBS}")
     capped = _enqueue(conn, 5, queue="capped")
     uncapped = _enqueue(conn, 20)
     pgdrain.set_queue(conn, "capped", max_running=5)
