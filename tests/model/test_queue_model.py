@@ -8,10 +8,10 @@ import os
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.model.machine import QueueModel
+from tests.model.machine import STATS, QueueModel
 
-EXAMPLES = int(os.environ.get("PGDRAIN_MODEL_EXAMPLES") or 200)
-STEPS = int(os.environ.get("PGDRAIN_MODEL_STEPS") or 12)
+EXAMPLES = int(os.environ.get("PGDRAIN_MODEL_EXAMPLES") or 150)
+STEPS = int(os.environ.get("PGDRAIN_MODEL_STEPS") or 10)
 PHASES = [Phase.generate] if os.environ.get("PGDRAIN_MODEL_SHRINK") == "0" else list(Phase)
 """PGDRAIN_MODEL_SHRINK=0 reports a failure as found, unshrunk (shrinking re-runs drains)."""
 
@@ -22,3 +22,4 @@ def test_the_queue_keeps_to_its_model(model_url):
         max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
         phases=PHASES,
         suppress_health_check=list(HealthCheck)))
+    print("MODEL " + ", ".join(f"{name}={n}" for name, n in sorted(STATS.items())))
