@@ -29,7 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+)
 
 import pgdrain
 from pgdrain import Settings
@@ -45,7 +50,7 @@ from tests.support.drains import connector_to, run_drain
 
 QUEUES = ("default", "a", "b")
 TERMINAL = ("done", "failed", "cancelled")
-DRAIN_SECONDS = 1.5
+DRAIN_SECONDS = 2.5
 DEAD_LEASE_SECONDS = 60
 TIME_STEPS = (30, 90, 700, 4000)
 """Seconds ``pass_time`` moves: past a retry's backoff (30 s), a snooze or a delay (60 s), a
@@ -89,12 +94,15 @@ class Model:
     paused: set[str] = field(default_factory=set)
 
 
+CANCELS = st.one_of(st.none(), st.none(), st.integers(0, 10**6))
+"""A drain step's cancel: mostly none, else which known job (cyclically) to cancel."""
+
 job_specs = st.fixed_dictionaries({
     "job_type": st.sampled_from(["work", "work", "work-tx", "work-rated"]),
     "do": st.sampled_from(["ok", "ok", "ok", "fail", "snooze", "discard", "timeout"]),
     "queue": st.sampled_from(QUEUES),
     "priority": st.sampled_from([0, 0, -1, 3]),
-    "delay": st.sampled_from([None, None, 60]),
+    "delay": st.sampled_from([None, None, None, 60]),
     "dedupe": st.sampled_from([None, None, "plain", "unique_for", "debounce"]),
     "key": st.sampled_from(["d1", "d2"]),
     "ordering_key": st.sampled_from([None, None, "k1", "k2"]),
@@ -173,7 +181,11 @@ class QueueModel(RuleBasedStateMachine):
 
     # --- rules -----------------------------------------------------------------------------
 
-    @rule(specs=st.lists(job_specs, min_size=1, max_size=3))
+    @initialize(specs=st.lists(job_specs, min_size=2, max_size=8))
+    def backlog(self, specs: list[dict[str, Any]]) -> None:
+        self.enqueue(specs)
+
+    @rule(specs=st.lists(job_specs, min_size=1, max_size=4))
     def enqueue(self, specs: list[dict[str, Any]]) -> None:
         STATS["step enqueue"] += 1
         options = [enqueue_options(spec) for spec in specs]
@@ -198,40 +210,25 @@ class QueueModel(RuleBasedStateMachine):
                 f"key {earlier}")
 
     @rule(queue=st.sampled_from(QUEUES), cap=st.sampled_from([None, 1, 2, 5]),
-          rate=st.sampled_from([None, None, "2/s", "5/s"]))
-    def set_queue(self, queue: str, cap: int | None, rate: str | None) -> None:
+          rate=st.sampled_from([None, None, "2/s", "5/s"]),
+          pause=st.sampled_from([None, None, True, False]))
+    def set_queue(self, queue: str, cap: int | None, rate: str | None,
+                  pause: bool | None) -> None:
+        """A queue's cap and rate set (None lifts them), and it paused or resumed."""
         STATS["step set_queue"] += 1
         pgdrain.set_queue(self.conn, queue, max_running=cap, rate=rate, new=True)
         self.model.caps[queue] = cap
         self.model.rates[queue].append((time.monotonic(), rate))
+        if pause:
+            pgdrain.pause(self.conn, queue, new=True)
+            self.model.paused.add(queue)
+        elif pause is False:
+            pgdrain.resume(self.conn, queue)
+            self.model.paused.discard(queue)
 
-    @rule(queue=st.sampled_from(QUEUES))
-    def pause(self, queue: str) -> None:
-        STATS["step pause"] += 1
-        pgdrain.pause(self.conn, queue, new=True)
-        self.model.paused.add(queue)
-
-    @precondition(lambda self: bool(self.model.paused))
-    @rule(data=st.data())
-    def resume(self, data: st.DataObject) -> None:
-        STATS["step resume"] += 1
-        queue = data.draw(st.sampled_from(sorted(self.model.paused)))
-        pgdrain.resume(self.conn, queue)
-        self.model.paused.discard(queue)
-
-    @precondition(lambda self: bool(self.model.jobs))
-    @rule(data=st.data())
-    def cancel(self, data: st.DataObject) -> None:
-        STATS["step cancel"] += 1
-        self.cancel_now(data.draw(st.sampled_from(sorted(self.model.jobs))))
-
-    @rule()
-    def janitor(self) -> None:
-        STATS["step janitor"] += 1
-        pgdrain.run_janitor(self.conn, Settings(**settings_given()), REGISTRY)
-
-    @rule(seconds=st.sampled_from(TIME_STEPS))
-    def pass_time(self, seconds: int) -> None:
+    @rule(seconds=st.sampled_from(TIME_STEPS), janitor=st.booleans())
+    def pass_time(self, seconds: int, janitor: bool) -> None:
+        """Time passes; then, with ``janitor``, the janitor runs on its own."""
         STATS["step pass_time"] += 1
         self.conn.run("""
             UPDATE jobs SET run_at = run_at - make_interval(secs => :s),
@@ -242,6 +239,9 @@ class QueueModel(RuleBasedStateMachine):
                             started_at = started_at - make_interval(secs => :s),
                             finished_at = finished_at - make_interval(secs => :s)""",
                       s=float(seconds))
+        if janitor:
+            STATS["step janitor"] += 1
+            pgdrain.run_janitor(self.conn, Settings(**settings_given()), REGISTRY)
 
     @rule(batch=st.integers(1, 3), fair=st.booleans())
     def drain_dies(self, batch: int, fair: bool) -> None:
@@ -259,12 +259,25 @@ class QueueModel(RuleBasedStateMachine):
 
     @rule(drains=st.integers(1, 3), concurrency=st.sampled_from([1, 3]),
           max_drains=st.integers(1, 3), max_jobs=st.sampled_from([3, 100]),
-          batch_size=st.sampled_from([1, 10]), cancel=st.none() | st.integers(0, 10**6))
+          batch_size=st.sampled_from([1, 10]), cancel=CANCELS)
     def drain(self, drains: int, concurrency: int, max_drains: int, max_jobs: int,
               batch_size: int, cancel: int | None) -> None:
         """Drains at once; with ``cancel``, a job (the cancel-th known, cyclically) is
         cancelled while they run."""
         STATS["step drain"] += 1
+        self.drain_step(drains, concurrency, max_drains, max_jobs, batch_size, cancel)
+
+    @rule(drains=st.integers(1, 3), concurrency=st.sampled_from([1, 3]),
+          max_drains=st.integers(1, 3), max_jobs=st.sampled_from([3, 100]),
+          batch_size=st.sampled_from([1, 10]), cancel=CANCELS)
+    def drain_again(self, drains: int, concurrency: int, max_drains: int, max_jobs: int,
+                    batch_size: int, cancel: int | None) -> None:
+        """The same as ``drain``: a second rule makes drains a larger share of the steps."""
+        STATS["step drain"] += 1
+        self.drain_step(drains, concurrency, max_drains, max_jobs, batch_size, cancel)
+
+    def drain_step(self, drains: int, concurrency: int, max_drains: int, max_jobs: int,
+                   batch_size: int, cancel: int | None) -> None:
         claimable = self.claim_everything()
         held = self.held_by_dead_drains()
         began = time.monotonic()
@@ -283,6 +296,7 @@ class QueueModel(RuleBasedStateMachine):
         assert not running_on, f"handlers still running after their drains returned: " \
                                f"{running_on}"
         self.check_caps(step, held)
+        self.out_of_time(summaries)
         self.check_bounded_wait(claimable, summaries, began)
 
     # --- the steps' own checks ---------------------------------------------------------------
@@ -370,6 +384,18 @@ class QueueModel(RuleBasedStateMachine):
             f"{sampler.most} drain slots held at once, PGDRAIN_MAX_DRAINS="
             f"{settings['max_drains']}")
         return summaries, errors
+
+    def out_of_time(self, summaries: list[Any]) -> None:
+        """A drain that ran out of time before it could write outcomes (a loaded machine)
+        leaves its jobs running, as a dead one does: they come back when their leases
+        expire."""
+        if not {s.stopped for s in summaries} & {"deadline", "database_error"}:
+            return
+        for row in self.rows("SELECT id, lease_token::text AS token FROM jobs "
+                             "WHERE status = 'running'"):
+            if self.model.dead_claims.get(row["id"]) != row["token"]:
+                STATS["jobs left running by a drain out of time"] += 1
+                self.model.dead_claims[row["id"]] = row["token"]
 
     def check_caps(self, step: list[Execution], held: dict[str, int]) -> None:
         for queue, cap in self.model.caps.items():
