@@ -33,6 +33,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    precondition,
     rule,
 )
 
@@ -105,7 +106,7 @@ job_specs = st.fixed_dictionaries({
     "delay": st.sampled_from([None, None, None, 60]),
     "dedupe": st.sampled_from([None, None, "plain", "unique_for", "debounce"]),
     "key": st.sampled_from(["d1", "d2"]),
-    "ordering_key": st.sampled_from([None, None, "k1", "k2"]),
+    "ordering_key": st.sampled_from([None, None, None, None, "k1", "k2"]),
     "tenant": st.sampled_from([None, None, "t1", "t2"]),
     "ttl": st.sampled_from([None, None, None, 120]),
     "max_attempts": st.integers(1, 3),
@@ -243,6 +244,7 @@ class QueueModel(RuleBasedStateMachine):
             STATS["step janitor"] += 1
             pgdrain.run_janitor(self.conn, Settings(**settings_given()), REGISTRY)
 
+    @precondition(lambda self: len(self.model.dead_claims) < 3)
     @rule(batch=st.integers(1, 3), fair=st.booleans())
     def drain_dies(self, batch: int, fair: bool) -> None:
         """A drain claims and dies before it starts a job (killed, out of memory): its
