@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -60,11 +59,6 @@ dead drain's lease (60 s), a ttl (120 s), a unique window (600 s)."""
 STATS: Counter[str] = Counter()
 """What the runs drove, printed by the test (see it with -s): steps by rule, drains by how
 they stopped, handler executions by outcome."""
-
-KNOWN_DEFECTS = os.environ.get("PGDRAIN_MODEL_KNOWN_DEFECTS", "skip") == "check"
-"""Checks of defects the model found and that are reported, not yet fixed, are skipped
-unless PGDRAIN_MODEL_KNOWN_DEFECTS=check (flip the default once the fixes are merged)."""
-
 
 def settings_given(**overrides: Any) -> dict[str, Any]:
     """The drains' and the janitor's settings: retries due after 30 s (time passes in steps),
