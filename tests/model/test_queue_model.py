@@ -10,7 +10,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from tests.model.machine import STATS, QueueModel
 
-EXAMPLES = int(os.environ.get("PGDRAIN_MODEL_EXAMPLES") or 150)
+EXAMPLES = int(os.environ.get("PGDRAIN_MODEL_EXAMPLES") or 100)
 STEPS = int(os.environ.get("PGDRAIN_MODEL_STEPS") or 10)
 PHASES = [Phase.generate] if os.environ.get("PGDRAIN_MODEL_SHRINK") == "0" else list(Phase)
 """PGDRAIN_MODEL_SHRINK=0 reports a failure as found, unshrunk (shrinking re-runs drains)."""
