@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt $(wildcard layers/pgdrain/requirements*.txt
 STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | cksum | cut -d' ' -f1)
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: help demo test test-unit lint migrate clean sam-check soak
+.PHONY: help demo test test-unit lint migrate clean sam-check soak soak-model
 
 help: ## list the targets
 	@grep -E '^[a-z/-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -50,6 +50,10 @@ test-unit: $(STAMP) ## run the tests that need no database
 soak: $(STAMP) ## the reliability suite at ten times its CI size (RELIABILITY_SCALE)
 	RELIABILITY_SCALE=$${RELIABILITY_SCALE:-10} PGDRAIN_FUZZ_EXAMPLES=$${PGDRAIN_FUZZ_EXAMPLES:-1000} \
 	  $(BIN)/python -m pytest tests/reliability -s
+
+soak-model: $(STAMP) ## the model-based test long (PGDRAIN_MODEL_EXAMPLES, default 3000)
+	PGDRAIN_MODEL_EXAMPLES=$${PGDRAIN_MODEL_EXAMPLES:-3000} PGDRAIN_MODEL_STEPS=$${PGDRAIN_MODEL_STEPS:-20} \
+	  $(BIN)/python -m pytest tests/model -s --hypothesis-show-statistics
 
 lint: $(STAMP) ## ruff (complexity included), the import contracts, mypy --strict on pgdrain
 	$(BIN)/ruff check .

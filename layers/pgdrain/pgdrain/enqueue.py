@@ -263,6 +263,14 @@ def _enqueue_validated(session: Session, batch: list[NewJob]) -> list[EnqueueRes
     windowed = [i for i in _insertion_order(batch) if _windowed(batch[i])]
     results: list[EnqueueResult | None] = [None] * len(batch)
     for i in windowed:
+        # The first job of a key in the batch wins, as if the jobs came one by one: plain jobs
+        # of this key listed before it go in first, under the key's lock.
+        key = batch[i].dedupe_key
+        session.rows("job_key_lock", lock_key=KEY_LOCK, dedupe_key=key)
+        before = [j for j in range(i) if results[j] is None and batch[j].dedupe_key == key]
+        for j, result in zip(before, _enqueue_plain(session, [batch[j] for j in before]),
+                             strict=True):
+            results[j] = result
         results[i] = _enqueue_windowed(session, batch[i])
     rest = [i for i in range(len(batch)) if results[i] is None]
     for i, result in zip(rest, _enqueue_plain(session, [batch[i] for i in rest]), strict=True):

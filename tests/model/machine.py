@@ -1,0 +1,535 @@
+"""A stateful model of the whole queue, driven at random by hypothesis against real PostgreSQL.
+
+Steps (rules) interleave enqueues with any mix of options, queue controls (cap, rate, pause,
+resume), several drains at once on threads (``pgdrain.drain`` with ``Settings``, concurrency 1
+or 3, ``max_drains`` 1 to 3), handlers that succeed, fail, snooze, discard, overrun their time
+limit or run in the drain's transaction (model_jobs.py), a drain that dies holding its claim,
+cancels, the janitor, and the passing of time. Every drain step runs to its end before the next
+step, so the database is quiescent between steps, except for the jobs a dead drain holds.
+
+The passing of time: the queue reads time from the database's ``now()``; ``pass_time`` moves
+every job's timestamps (run_at, created_at, expires_at, leases, claim and start times) that
+many seconds into the past, which is what the queue sees when that much time passes. Rate
+windows are not moved: they are checked against the handlers' real start times.
+
+The model is the set of jobs enqueued (what the enqueues answered), what was cancelled when,
+which claims a dead drain holds, and the caps and rates in force when; the invariants are
+checked after every step against the jobs table and the handlers' executions (RECORDER).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+import pgdrain
+from pgdrain import Settings
+from pgdrain.db import connect
+from pgdrain.drain import PostgresStore
+from pgdrain.flow import parse_rate
+from pgdrain.models import Finish
+from pgdrain.policy import Backoff
+from pgdrain.store import DRAIN_SLOT_LOCK_KEY
+from tests.model import checks
+from tests.model.model_jobs import RECORDER, REGISTRY, TYPE_RATE, Execution
+from tests.support.drains import connector_to, run_drain
+
+QUEUES = ("default", "a", "b")
+TERMINAL = ("done", "failed", "cancelled")
+DRAIN_SECONDS = 2.5
+DEAD_LEASE_SECONDS = 60
+TIME_STEPS = (30, 90, 700, 4000)
+"""Seconds ``pass_time`` moves: past a retry's backoff (30 s), a snooze or a delay (60 s), a
+dead drain's lease (60 s), a ttl (120 s), a unique window (600 s)."""
+
+STATS: Counter[str] = Counter()
+"""What the runs drove, printed by the test (see it with -s): steps by rule, drains by how
+they stopped, handler executions by outcome."""
+
+def settings_given(**overrides: Any) -> dict[str, Any]:
+    """The drains' and the janitor's settings: retries due after 30 s (time passes in steps),
+    nothing purged (a job the model knows never disappears)."""
+    return {"backoff": Backoff(base_seconds=30, cap_seconds=60, jitter=0),
+            "retention_seconds": 10**9, "failed_retention_seconds": 10**9, **overrides}
+
+
+@dataclass
+class Cancel:
+    outcome: str
+    at: float
+
+
+@dataclass
+class Model:
+    jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Every job enqueued: its options, as given."""
+    final: dict[int, str] = field(default_factory=dict)
+    """Jobs seen in a final status: they stay in it."""
+    cancels: dict[int, Cancel] = field(default_factory=dict)
+    dead_claims: dict[int, str] = field(default_factory=dict)
+    """Jobs a dead drain claimed, with its lease token."""
+    caps: dict[str, int | None] = field(default_factory=dict)
+    rates: dict[str, list[tuple[float, str | None]]] = field(
+        default_factory=lambda: defaultdict(list))
+    """Per queue: (since when, by the monotonic clock, the rate in force)."""
+    paused: set[str] = field(default_factory=set)
+
+
+CANCELS = st.one_of(st.none(), st.none(), st.integers(0, 10**6))
+"""A drain step's cancel: mostly none, else which known job (cyclically) to cancel."""
+
+job_specs = st.fixed_dictionaries({
+    "job_type": st.sampled_from(["work", "work", "work-tx", "work-rated"]),
+    "do": st.sampled_from(["ok", "ok", "ok", "fail", "snooze", "discard", "timeout"]),
+    "queue": st.sampled_from(QUEUES),
+    "priority": st.sampled_from([0, 0, -1, 3]),
+    "delay": st.sampled_from([None, None, None, 60]),
+    "dedupe": st.sampled_from([None, None, "plain", "unique_for", "debounce"]),
+    "key": st.sampled_from(["d1", "d2"]),
+    "ordering_key": st.sampled_from([None, None, None, None, "k1", "k2"]),
+    "tenant": st.sampled_from([None, None, "t1", "t2"]),
+    "ttl": st.sampled_from([None, None, None, 120]),
+    "max_attempts": st.integers(1, 3),
+})
+
+
+def enqueue_options(spec: dict[str, Any]) -> dict[str, Any]:
+    options: dict[str, Any] = {"job_type": spec["job_type"], "payload": {"do": spec["do"]},
+                               "queue": spec["queue"], "priority": spec["priority"],
+                               "max_attempts": spec["max_attempts"]}
+    for name in ("ordering_key", "tenant"):
+        if spec[name] is not None:
+            options[name] = spec[name]
+    if spec["ttl"] is not None:
+        options["ttl_seconds"] = spec["ttl"]
+    if spec["dedupe"] is not None:
+        options["dedupe_key"] = spec["key"]
+    if spec["dedupe"] == "unique_for":
+        options["unique_for"] = 600
+    if spec["dedupe"] == "debounce":
+        options["debounce"] = 45
+    elif spec["delay"] is not None:
+        options["delay_seconds"] = spec["delay"]
+    return options
+
+
+class SlotSampler(threading.Thread):
+    """Counts the drain slots (PGDRAIN_MAX_DRAINS' advisory locks) held at once, sampled
+    while a step's drains run."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.conn = connect(url)
+        self.stop = threading.Event()
+        self.most = 0
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                held = self.conn.run("""
+                    SELECT count(*) FROM pg_locks
+                    WHERE locktype = 'advisory' AND classid = :key::int::oid AND objsubid = 2
+                      AND granted AND database = (SELECT oid FROM pg_database
+                                                  WHERE datname = current_database())""",
+                                     key=DRAIN_SLOT_LOCK_KEY)[0][0]
+                self.most = max(self.most, int(held))
+                time.sleep(0.003)
+        finally:
+            self.conn.close()
+
+
+class QueueModel(RuleBasedStateMachine):
+    url: str = ""
+    """The test's database, set by the test before the run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        STATS["examples"] += 1
+        self.conn = connect(self.url)
+        self.conn.run("TRUNCATE jobs, pgdrain_queues, pgdrain_type_rates, model_tx_writes "
+                      "RESTART IDENTITY")
+        RECORDER.clear()
+        self.model = Model()
+        self.findings: list[str] = []
+
+    def teardown(self) -> None:
+        self.conn.close()
+
+    def rows(self, statement: str, **params: Any) -> list[dict[str, Any]]:
+        rows = self.conn.run(statement, **params)
+        names = [c["name"] for c in self.conn.columns or []]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    # --- rules -----------------------------------------------------------------------------
+
+    @initialize(specs=st.lists(job_specs, min_size=2, max_size=8))
+    def backlog(self, specs: list[dict[str, Any]]) -> None:
+        self.enqueue(specs)
+
+    @rule(specs=st.lists(job_specs, min_size=1, max_size=4))
+    def enqueue(self, specs: list[dict[str, Any]]) -> None:
+        STATS["step enqueue"] += 1
+        options = [enqueue_options(spec) for spec in specs]
+        results = pgdrain.enqueue_many(self.conn, options)
+        for result, given in zip(results, options, strict=True):
+            if result.created:
+                STATS["jobs enqueued"] += 1
+                assert result.id not in self.model.jobs, f"id {result.id} given twice"
+                self.model.jobs[result.id] = given
+        for index, (result, given) in enumerate(zip(results, options, strict=True)):
+            if result.created:
+                continue
+            # A duplicate answers an existing job of its key: one enqueued before, or the
+            # first of its key earlier in this batch (as if enqueued one by one).
+            known = self.model.jobs.get(result.id)
+            assert known is not None, f"a duplicate of {given} answered unknown id {result.id}"
+            assert known.get("dedupe_key") == given["dedupe_key"], (given, known)
+            earlier = [r.id for r, o in zip(results[:index], options, strict=False)
+                       if r.created and o.get("dedupe_key") == given["dedupe_key"]]
+            assert earlier in ([], [result.id]), (
+                f"job {index} of the batch answered {result.id}, not the earlier job of its "
+                f"key {earlier}")
+
+    @rule(queue=st.sampled_from(QUEUES), cap=st.sampled_from([None, 1, 2, 5]),
+          rate=st.sampled_from([None, None, "2/s", "5/s"]),
+          pause=st.sampled_from([None, None, True, False]))
+    def set_queue(self, queue: str, cap: int | None, rate: str | None,
+                  pause: bool | None) -> None:
+        """A queue's cap and rate set (None lifts them), and it paused or resumed."""
+        STATS["step set_queue"] += 1
+        pgdrain.set_queue(self.conn, queue, max_running=cap, rate=rate, new=True)
+        self.model.caps[queue] = cap
+        self.model.rates[queue].append((time.monotonic(), rate))
+        if pause:
+            pgdrain.pause(self.conn, queue, new=True)
+            self.model.paused.add(queue)
+        elif pause is False:
+            pgdrain.resume(self.conn, queue)
+            self.model.paused.discard(queue)
+
+    @rule(seconds=st.sampled_from(TIME_STEPS), janitor=st.booleans())
+    def pass_time(self, seconds: int, janitor: bool) -> None:
+        """Time passes; then, with ``janitor``, the janitor runs on its own."""
+        STATS["step pass_time"] += 1
+        self.conn.run("""
+            UPDATE jobs SET run_at = run_at - make_interval(secs => :s),
+                            created_at = created_at - make_interval(secs => :s),
+                            expires_at = expires_at - make_interval(secs => :s),
+                            lease_expires_at = lease_expires_at - make_interval(secs => :s),
+                            claimed_at = claimed_at - make_interval(secs => :s),
+                            started_at = started_at - make_interval(secs => :s),
+                            finished_at = finished_at - make_interval(secs => :s)""",
+                      s=float(seconds))
+        if janitor:
+            STATS["step janitor"] += 1
+            pgdrain.run_janitor(self.conn, Settings(**settings_given()), REGISTRY)
+
+    @precondition(lambda self: len(self.model.dead_claims) < 3)
+    @rule(batch=st.integers(1, 3), fair=st.booleans())
+    def drain_dies(self, batch: int, fair: bool) -> None:
+        """A drain claims and dies before it starts a job (killed, out of memory): its
+        claims stay running until their lease expires."""
+        STATS["step drain_dies"] += 1
+        store = self.store()
+        try:
+            jobs = store.claim(batch_size=batch, lease_seconds=DEAD_LEASE_SECONDS, queues=None,
+                               fair=fair)
+        finally:
+            store.discard()
+        for job in jobs:
+            self.model.dead_claims[job.id] = job.lease_token
+
+    @rule(drains=st.integers(1, 3), concurrency=st.sampled_from([1, 3]),
+          max_drains=st.integers(1, 3), max_jobs=st.sampled_from([3, 100]),
+          batch_size=st.sampled_from([1, 10]), cancel=CANCELS)
+    def drain(self, drains: int, concurrency: int, max_drains: int, max_jobs: int,
+              batch_size: int, cancel: int | None) -> None:
+        """Drains at once; with ``cancel``, a job (the cancel-th known, cyclically) is
+        cancelled while they run."""
+        STATS["step drain"] += 1
+        self.drain_step(drains, concurrency, max_drains, max_jobs, batch_size, cancel)
+
+    @rule(drains=st.integers(1, 3), concurrency=st.sampled_from([1, 3]),
+          max_drains=st.integers(1, 3), max_jobs=st.sampled_from([3, 100]),
+          batch_size=st.sampled_from([1, 10]), cancel=CANCELS)
+    def drain_again(self, drains: int, concurrency: int, max_drains: int, max_jobs: int,
+                    batch_size: int, cancel: int | None) -> None:
+        """The same as ``drain``: a second rule makes drains a larger share of the steps."""
+        STATS["step drain"] += 1
+        self.drain_step(drains, concurrency, max_drains, max_jobs, batch_size, cancel)
+
+    def drain_step(self, drains: int, concurrency: int, max_drains: int, max_jobs: int,
+                   batch_size: int, cancel: int | None) -> None:
+        claimable = self.claim_everything()
+        held = self.held_by_dead_drains()
+        began = time.monotonic()
+        victim = None
+        if cancel is not None and self.model.jobs:
+            ids = sorted(self.model.jobs)
+            victim = ids[cancel % len(ids)]
+        summaries, errors = self.run_drains(drains, victim, concurrency=concurrency,
+                                            max_drains=max_drains, max_jobs=max_jobs,
+                                            batch_size=batch_size)
+        assert not errors, errors
+        step = [e for e in RECORDER.snapshot() if e.started >= began]
+        STATS.update(f"drain stopped {s.stopped}" for s in summaries)
+        STATS.update(f"handler {e.outcome}" for e in step)
+        running_on = [e for e in step if e.ended is None]
+        assert not running_on, f"handlers still running after their drains returned: " \
+                               f"{running_on}"
+        self.check_caps(step, held)
+        self.out_of_time(summaries)
+        self.check_bounded_wait(claimable, summaries, began)
+
+    # --- the steps' own checks ---------------------------------------------------------------
+
+    def store(self) -> PostgresStore:
+        connector = connector_to(self.url)
+        connector.open(time.monotonic() + 30)
+        return PostgresStore(connector, 0, (), REGISTRY.type_rates())
+
+    def claim_everything(self) -> list[pgdrain.Job]:
+        """The due count checked against what the drain's claims take, on the quiescent
+        database: claim until nothing comes, count, and hand everything back unstarted (its
+        attempts refunded). Returns what was taken."""
+        store = self.store()
+        try:
+            due = store.due(limit=10_000, queues=None)
+            taken: list[pgdrain.Job] = []
+            while True:
+                got = self.claim_round(store)
+                if not got:
+                    break
+                taken += got
+            if taken:
+                written = store.finish_many([Finish.release(job) for job in taken])
+                assert sorted(written.ids) == sorted(j.id for j in taken), written
+        finally:
+            store.discard()
+        # A rate's window slides with real time between the count and the claims, so a
+        # rated job may come free in between: exact for all others.
+        rated_queues = {q for q, history in self.model.rates.items()
+                        if history and history[-1][1]}
+        unrated = [j for j in taken
+                   if j.job_type != "work-rated" and j.queue not in rated_queues]
+        assert len(unrated) <= due <= len(taken), (
+            f"due count {due}, but the claims took {len(taken)} ({len(unrated)} not under a "
+            f"rate): {sorted((j.id, j.queue, j.job_type) for j in taken)}")
+        return taken
+
+    @staticmethod
+    def claim_round(store: PostgresStore) -> list[pgdrain.Job]:
+        lease = float(DEAD_LEASE_SECONDS)
+        got: list[pgdrain.Job] = []
+        alone = store.claim_alone(lease_seconds=lease, queues=None)
+        if alone is not None:
+            got.append(alone)
+        got += store.claim(batch_size=100, lease_seconds=lease, queues=None)
+        got += store.claim(batch_size=100, lease_seconds=lease, queues=None, fair=True)
+        got += store.claim_controlled(batch_size=100, lease_seconds=lease, queues=None).jobs
+        return got
+
+    def held_by_dead_drains(self) -> dict[str, int]:
+        """Per queue, the dead drains' claims that stay running through a drain step (their
+        leases outlast it): they take room under a cap."""
+        rows = self.rows("""
+            SELECT queue, count(*) AS n FROM jobs
+            WHERE status = 'running' AND lease_expires_at > now() + interval '20 seconds'
+            GROUP BY queue""")
+        return {r["queue"]: int(r["n"]) for r in rows}
+
+    def cancel_now(self, job_id: int) -> None:
+        outcome = pgdrain.cancel(self.conn, [job_id])[job_id]
+        if outcome in ("cancelled", "cancel_requested"):
+            self.model.cancels.setdefault(job_id, Cancel(outcome, time.monotonic()))
+
+    def run_drains(self, count: int, victim: int | None, **settings: Any
+                   ) -> tuple[list[Any], list[str]]:
+        summaries: list[Any] = []
+        errors: list[str] = []
+        sampler = SlotSampler(self.url)
+
+        def one() -> None:
+            try:
+                summaries.append(run_drain(self.url, REGISTRY, DRAIN_SECONDS,
+                                           **settings_given(**settings)))
+            except BaseException as exc:  # reported by the step
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=one) for _ in range(count)]
+        sampler.start()
+        for thread in threads:
+            thread.start()
+        if victim is not None:
+            time.sleep(0.05)
+            self.cancel_now(victim)
+        for thread in threads:
+            thread.join(60)
+        sampler.stop.set()
+        sampler.join(10)
+        assert not any(t.is_alive() for t in threads), "a drain ran past its bound"
+        assert sampler.most <= settings["max_drains"], (
+            f"{sampler.most} drain slots held at once, PGDRAIN_MAX_DRAINS="
+            f"{settings['max_drains']}")
+        return summaries, errors
+
+    def out_of_time(self, summaries: list[Any]) -> None:
+        """A drain that ran out of time before it could write outcomes (a loaded machine)
+        leaves its jobs running, as a dead one does: they come back when their leases
+        expire."""
+        if not {s.stopped for s in summaries} & {"deadline", "database_error"}:
+            return
+        for row in self.rows("SELECT id, lease_token::text AS token FROM jobs "
+                             "WHERE status = 'running'"):
+            if self.model.dead_claims.get(row["id"]) != row["token"]:
+                STATS["jobs left running by a drain out of time"] += 1
+                self.model.dead_claims[row["id"]] = row["token"]
+
+    def check_caps(self, step: list[Execution], held: dict[str, int]) -> None:
+        for queue, cap in self.model.caps.items():
+            if cap is None:
+                continue
+            mine = [e for e in step if e.queue == queue]
+            most = checks.most_at_once(mine)
+            assert most + held.get(queue, 0) <= max(cap, held.get(queue, 0)), (
+                f"queue {queue} capped at {cap}: {most} handlers at once "
+                f"(+{held.get(queue, 0)} held by dead drains)")
+
+    def check_bounded_wait(self, claimable: list[pgdrain.Job], summaries: list[Any],
+                           began: float) -> None:
+        """Drains that all stopped because nothing was left ran every job that was
+        claimable when they began (no job waits past one drain to empty), except those of a
+        rate limit, which may wait for their window."""
+        stops = {s.stopped for s in summaries}
+        if not stops <= {"empty", "busy"} or "empty" not in stops:
+            return
+        rated = {q for q, history in self.model.rates.items() if history and history[-1][1]}
+        started = {e.job_id for e in RECORDER.snapshot() if e.started >= began}
+        waiting = [j.id for j in claimable
+                   if j.queue not in rated and j.job_type != "work-rated"
+                   and j.id not in started]
+        if not waiting:
+            return
+        rows = self.rows("SELECT id, status FROM jobs WHERE id = ANY(:ids)", ids=waiting)
+        still = [r for r in rows if r["status"] == "pending"]
+        assert not still, (f"claimable jobs {still} not started by drains that stopped "
+                           f"{sorted(stops)}")
+
+    # --- invariants, after every step ----------------------------------------------------
+
+    @invariant()
+    def queue_matches_the_model(self) -> None:
+        STATS["checks"] += 1
+        rows = {r["id"]: r for r in self.rows(
+            "SELECT id, job_type, queue, status, attempts, lease_token::text AS lease_token, "
+            "ordering_key FROM jobs")}
+        executions = RECORDER.snapshot()
+        self.check_jobs(rows)
+        self.check_cancels(rows, executions)
+        self.check_charges(rows, executions)
+        self.check_ordering(rows, executions)
+        self.check_rates(executions)
+        self.check_transactions(rows)
+
+    def check_jobs(self, rows: dict[int, dict[str, Any]]) -> None:
+        lost = sorted(set(self.model.jobs) - set(rows))
+        assert not lost, f"jobs lost: {lost}"
+        assert set(rows) <= set(self.model.jobs), "jobs the model never enqueued"
+        for job_id, row in rows.items():
+            status = row["status"]
+            final = self.model.final.get(job_id)
+            assert final is None or status == final, \
+                f"job {job_id} left its final status {final} for {status}"
+            if status in TERMINAL:
+                self.model.final[job_id] = status
+            if status == "running":
+                assert self.model.dead_claims.get(job_id) == row["lease_token"], \
+                    f"job {job_id} left running by a drain that returned: {row}"
+
+    def check_cancels(self, rows: dict[int, dict[str, Any]],
+                      executions: list[Execution]) -> None:
+        for job_id, cancel in self.model.cancels.items():
+            status = rows[job_id]["status"]
+            if cancel.outcome == "cancelled":
+                assert status == "cancelled", f"job {job_id} cancelled, now {status}"
+            # A job running when it was cancelled may still start the attempt it was
+            # claimed for (a drain runs its batch one job after another); nothing more.
+            ran = [e for e in executions if e.job_id == job_id and e.started > cancel.at]
+            allowed = 1 if cancel.outcome == "cancel_requested" else 0
+            assert len(ran) <= allowed, \
+                f"job {job_id} ran after its cancel ({cancel.outcome}): {ran}"
+
+    def check_charges(self, rows: dict[int, dict[str, Any]],
+                      executions: list[Execution]) -> None:
+        started: dict[int, set[int]] = defaultdict(set)
+        for execution in executions:
+            started[execution.job_id].add(execution.attempt)
+        for job_id, row in rows.items():
+            if row["status"] == "running":
+                continue
+            charged = set(range(1, row["attempts"] + 1))
+            assert charged <= started[job_id], (
+                f"job {job_id} ({row['status']}) charged attempts "
+                f"{sorted(charged - started[job_id])} it never started")
+
+    def check_ordering(self, rows: dict[int, dict[str, Any]],
+                       executions: list[Execution]) -> None:
+        by_job: dict[int, list[Execution]] = defaultdict(list)
+        for execution in executions:
+            by_job[execution.job_id].append(execution)
+        for job_id, runs in by_job.items():
+            assert not checks.overlapping(runs), f"job {job_id} ran twice at once: {runs}"
+        keys: dict[str, list[int]] = defaultdict(list)
+        for job_id in sorted(rows):
+            if rows[job_id]["ordering_key"] is not None:
+                keys[rows[job_id]["ordering_key"]].append(job_id)
+        for key, ids in keys.items():
+            for earlier, later in itertools.pairwise(ids):
+                if not by_job.get(later):
+                    continue
+                assert rows[earlier]["status"] in TERMINAL, (
+                    f"key {key}: job {later} ran while job {earlier} is "
+                    f"{rows[earlier]['status']}")
+                first_later = min(e.started for e in by_job[later])
+                last_earlier = max((checks.end_of(e) for e in by_job.get(earlier, [])),
+                                   default=-math.inf)
+                assert last_earlier <= first_later, (
+                    f"key {key}: job {later} started before job {earlier} ended")
+
+    def check_rates(self, executions: list[Execution]) -> None:
+        type_rate = parse_rate(TYPE_RATE)
+        starts = [e.started for e in executions if e.job_type == "work-rated"]
+        most = checks.most_in_any_window(starts, type_rate.period)
+        assert most <= type_rate.limit, f"type rate {TYPE_RATE}: {most} starts in a window"
+        for queue, history in self.model.rates.items():
+            bounds = [since for since, _ in history[1:]] + [math.inf]
+            for (since, rate), until in zip(history, bounds, strict=True):
+                if rate is None:
+                    continue
+                limit = parse_rate(rate)
+                mine = [e.started for e in executions
+                        if e.queue == queue and since <= e.started < until]
+                most = checks.most_in_any_window(mine, limit.period)
+                assert most <= limit.limit, f"queue {queue} at {rate}: {most} in a window"
+
+    def check_transactions(self, rows: dict[int, dict[str, Any]]) -> None:
+        writes = self.rows("SELECT job_id, attempt FROM model_tx_writes")
+        written = [(w["job_id"], w["attempt"]) for w in writes]
+        done = sorted((i, r["attempts"]) for i, r in rows.items()
+                      if r["job_type"] == "work-tx" and r["status"] == "done")
+        assert sorted(written) == done, (
+            f"transactional writes {sorted(written)}, done transactional jobs {done}")
