@@ -715,67 +715,45 @@ FROM pgdrain_claim_controlled(
     :batch_size::int, :lease_seconds::float8, :queues::text[])
 
 -- name: job_claim_fair
--- Claim up to :batch_size claimable jobs (job_claimable) taking from each tenant in turn,
--- while pending jobs name tenants. The tenants are served in a ring, after the last one the
--- previous fair claim served (pgdrain_fair_turn, whose row fair claims take turns on, each
--- for its one statement): the first :batch_size tenants after it (wrapping) with a job this
--- claim may take now, each offering its first, found by skipping through
--- jobs_pending_tenant_idx; jobs without a tenant are one more group. A tenant whose jobs are
--- all later, in paused, capped or rate-limited queues, of rate-limited types or behind their
--- ordering keys is passed over and takes no share. Each group's first jobs are ranked within
--- the group, and the claim takes every group's first before any group's second, each group
--- at most its share of the batch, divided among the groups found; the turn then moves to the
--- last tenant served. So a tenant's flood never holds another's job back more than one lap:
--- (tenants with work) / :batch_size claims, one claim while there are fewer. Probing every
--- tenant with a due job on each claim, 1,000 tenants made it 0.34 of the plain claim's rate.
--- Whether a tenant has a job to take is looked for among its first 100 due ones, and its
--- share among its first 1,000 (a tenant whose first 100 due jobs all wait, say in a paused
--- queue, waits with them; without the window every claim read such a tenant's whole
--- backlog). Jobs without a tenant are looked for among the first 1,000 due jobs of
--- jobs_pending_idx only: a bounded read whatever the flood (give every job of a shared queue
--- a tenant; an untenanted job behind 1,000 tenanted ones waits for them to go).
+-- Claim up to :batch_size due jobs taking from each tenant in turn, while pending jobs name
+-- tenants: each group's first jobs (a tenant's, or those of jobs without a tenant, one more
+-- group) are ranked within the group, and the claim takes every group's first before any
+-- group's second, so a tenant's flood never holds another's job back more than one claim.
+-- Each group offers at most its share of the batch, divided among the groups with a job this
+-- claim may take now: a tenant whose jobs are all scheduled later, in paused, capped or
+-- rate-limited queues, of rate-limited types, or behind their ordering keys takes no share
+-- (1,000 tenants with only later jobs cut a due tenant's claims to one job each: 36 jobs/s
+-- instead of 2,700 on PostgreSQL 15, docs/benchmarks.md).
+-- The tenants with a due job are found by skipping through jobs_pending_tenant_idx (one probe
+-- per such tenant; one whose jobs are all later is passed over inside the index), then
+-- whether each has a job to take among its first 100 due ones, and its share among its first
+-- 1,000 (a tenant whose first 100 due jobs all wait, say in a paused queue, waits with them;
+-- without the window every claim read such a tenant's whole backlog). Otherwise as
+-- job_claim_batch (the same jobs are left out). Jobs without a tenant are looked for among
+-- the first 1,000 due jobs of jobs_pending_idx only: a bounded read whatever the flood (give
+-- every job of a shared queue a tenant; an untenanted job behind 1,000 tenanted ones waits
+-- for them to go).
 -- Costed at about what it reads, so that stock PostgreSQL does not JIT-compile it (above
 -- jit_above_cost, 100,000: 75-700 ms a claim instead of 3; test_claim_plans.py): the
 -- windows are constant LIMITs (a LIMIT the planner cannot read, as the share, it costs at a
 -- tenth of the rows under it: a tenth of a tenant's whole backlog), the groups pass through
--- an array (the planner counts 10 of them, not the recursive CTE's 101). Each window's outer
--- level has no ORDER BY of its own (the window's order is kept), so that the planner plans
--- the window for the few rows read from it: an index scan in claim order, not a sort of the
--- tenant's due jobs.
-WITH RECURSIVE turn AS MATERIALIZED (
-    -- Waited for, not skipped: a claim that started from the same turn as the one holding
-    -- it would offer the same tenants' jobs, which that one has taken.
-    SELECT tenant FROM pgdrain_fair_turn FOR UPDATE
-), after AS (
-    -- The tenants with a due job after the turn's ('' before any: a tenant is never empty)...
+-- an array (the planner counts 10 of them, not the recursive CTE's 101), and the limited
+-- types' filter is written behind an initplan, as the queues': a generic plan's guess for
+-- `job_type <> ALL ($n)` (a few types, 10 unknown ones) kept a row in a thousand. Each
+-- window's outer level has no ORDER BY of its own (the window's order is kept), so that the
+-- planner plans the window for the few rows read from it: an index scan in claim order, not
+-- a sort of the tenant's due jobs.
+WITH RECURSIVE tenants AS (
     (SELECT tenant FROM jobs
      WHERE status = 'pending' AND tenant IS NOT NULL AND run_at <= now()
-       AND tenant > coalesce((SELECT tenant FROM turn), '')
      ORDER BY tenant LIMIT 1)
     UNION ALL
     SELECT (SELECT j.tenant FROM jobs AS j
-            WHERE j.status = 'pending' AND j.tenant IS NOT NULL AND j.tenant > a.tenant
+            WHERE j.status = 'pending' AND j.tenant IS NOT NULL AND j.tenant > t.tenant
               AND j.run_at <= now()
             ORDER BY j.tenant LIMIT 1)
-    FROM after AS a
-    WHERE a.tenant IS NOT NULL
-), wrapped AS (
-    -- ...then from the first one up to the turn's, read only if those are too few.
-    (SELECT tenant FROM jobs
-     WHERE status = 'pending' AND tenant IS NOT NULL AND run_at <= now()
-       AND tenant <= (SELECT tenant FROM turn)
-     ORDER BY tenant LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.tenant FROM jobs AS j
-            WHERE j.status = 'pending' AND j.tenant IS NOT NULL AND j.tenant > w.tenant
-              AND j.tenant <= (SELECT tenant FROM turn) AND j.run_at <= now()
-            ORDER BY j.tenant LIMIT 1)
-    FROM wrapped AS w
-    WHERE w.tenant IS NOT NULL
-), tenants AS (
-    SELECT tenant, 0 AS lap FROM after WHERE tenant IS NOT NULL
-    UNION ALL
-    SELECT tenant, 1 FROM wrapped WHERE tenant IS NOT NULL
+    FROM tenants AS t
+    WHERE t.tenant IS NOT NULL
 ), claimable AS NOT MATERIALIZED (
     -- What the plain claim may take, written once: inlined into each reader below (NOT
     -- MATERIALIZED), so each reads its own index range, never the whole set.
@@ -791,8 +769,7 @@ WITH RECURSIVE turn AS MATERIALIZED (
     -- The groups with a job to take now, with that first job: each due tenant's (a LATERAL
     -- ... LIMIT 1, so a probe of its range, never a join that reads every tenant's), and the
     -- untenanted jobs' first.
-    SELECT * FROM (
-    SELECT g.tenant, g.lap, first.id, first.priority, first.run_at
+    SELECT g.tenant, first.id, first.priority, first.run_at
     FROM tenants AS g
     CROSS JOIN LATERAL (
         SELECT w.id, w.priority, w.run_at
@@ -810,10 +787,9 @@ WITH RECURSIVE turn AS MATERIALIZED (
           AND {{job_claimable(w)}}
         LIMIT 1
     ) AS first
-    -- Read tenant by tenant, in the ring's order, until enough have a job to take.
-    LIMIT :batch_size::int) AS served
+    WHERE g.tenant IS NOT NULL
     UNION ALL
-    SELECT NULL, NULL, first.id, first.priority, first.run_at
+    SELECT NULL, first.id, first.priority, first.run_at
     FROM (SELECT id, priority, run_at FROM untenanted
           ORDER BY priority, run_at, id LIMIT 1) AS first
 ), share AS (
@@ -875,18 +851,9 @@ WITH RECURSIVE turn AS MATERIALIZED (
     UPDATE jobs AS j
     SET {{job_claim_set(j)}}
     WHERE j.id = ANY (ARRAY(SELECT id FROM due))
-    RETURNING {{job_claim_returning(j)}}, j.tenant
-), moved AS (
-    -- The turn moves to the last tenant served, in the ring's order (no claim: it stays).
-    UPDATE pgdrain_fair_turn AS t
-    SET tenant = coalesce((SELECT g.tenant FROM groups AS g
-                           WHERE g.tenant IN (SELECT c.tenant FROM claimed AS c)
-                           ORDER BY g.lap DESC, g.tenant DESC LIMIT 1), t.tenant)
-    RETURNING 1
+    RETURNING {{job_claim_returning(j)}}
 )
-SELECT id, job_type, payload, attempts, max_attempts, queue, priority, run_at, created_at,
-       claimed_at, lease_expires_at, lease_token, dedupe_key, lost_claims
-FROM claimed ORDER BY priority, run_at, id
+SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_ids
 -- Claim the jobs a controlled claim picked (read by its job_claim_candidates) that are still
