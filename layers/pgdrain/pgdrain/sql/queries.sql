@@ -397,9 +397,17 @@ SELECT (SELECT count(*) FROM queues) + (SELECT count(*) FROM types) AS written
 
 -- name: flow_type_rates_declare
 -- Record the job types' rate limits as this drain's code declares them (@pgdrain.job(...,
--- rate=)), keeping their windows; a row already as declared is not written.
+-- rate=)), keeping their windows; a row already as declared is not written, nor locked: it is
+-- left out by a plain read first, for ON CONFLICT DO UPDATE locks the row it finds even when
+-- its WHERE then writes nothing, and so waited (up to the lock timeout) on a claim holding
+-- the type's row (flow_lock), a partitioned drain's for as long as its idle transaction.
 INSERT INTO pgdrain_type_rates AS t (job_type, rate_limit, rate_period)
-SELECT * FROM unnest(:job_types::text[], :limits::int[], :periods::float8[])
+SELECT d.job_type, d.rate_limit, d.rate_period
+FROM unnest(:job_types::text[], :limits::int[], :periods::float8[])
+     AS d(job_type, rate_limit, rate_period)
+WHERE NOT EXISTS (SELECT FROM pgdrain_type_rates AS e
+                  WHERE e.job_type = d.job_type
+                    AND (e.rate_limit, e.rate_period) = (d.rate_limit, d.rate_period))
 ORDER BY 1
 ON CONFLICT (job_type) DO UPDATE
 SET rate_limit = EXCLUDED.rate_limit, rate_period = EXCLUDED.rate_period, updated_at = now()
