@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import flow
-from . import store as pgstore
+from . import flow, flow_store
 from .db import Session, as_session
 from .models import ControlledClaim, FlowLimits, Job, Rate, RateWindow
 
@@ -29,7 +28,7 @@ from .models import ControlledClaim, FlowLimits, Job, Rate, RateWindow
 def declare_type_rates(conn: Any, rates: Mapping[str, Rate]) -> None:
     """Record the job types' rate limits as the code declares them (a row already so is not
     written), so that every drain counts the same window."""
-    pgstore.declare_type_rates(conn, rates)
+    flow_store.declare_type_rates(conn, rates)
 
 
 def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
@@ -43,7 +42,7 @@ def claim_controlled(conn: Any, *, batch_size: int, lease_seconds: float,
     if type_rates:
         return _claim_with_types(as_session(conn), batch_size, lease_seconds, queues,
                                  sorted(type_rates))
-    got = pgstore.claim_controlled_queues(conn, batch_size=batch_size,
+    got = flow_store.claim_controlled_queues(conn, batch_size=batch_size,
                                           lease_seconds=lease_seconds, queues=queues)
     rated = {job_id: flow.start_slack(rate) for job_id, rate in got.rates.items()}
     wait = None
@@ -60,7 +59,7 @@ def _rate_wait(conn: Any, windows: Sequence[RateWindow], queues: Sequence[str] |
                                                   slack=flow.start_slack(w.rate))
             for w in windows
             if flow.rate_room(w.starts, w.now, w.rate, slack=flow.start_slack(w.rate)) == 0}
-    if full and pgstore.limited_due(conn, queues=[n for s, n in full if s == "queue"],
+    if full and flow_store.limited_due(conn, queues=[n for s, n in full if s == "queue"],
                                     job_types=[n for s, n in full if s == "type"],
                                     only_queues=queues):
         return min(full.values())
@@ -95,7 +94,7 @@ class _Rooms:
         tenant in turn while pending jobs name tenants)."""
         if not self.limited:
             return []
-        candidates = pgstore.claim_candidates(conn, batch_size=batch_size, queues=queues,
+        candidates = flow_store.claim_candidates(conn, batch_size=batch_size, queues=queues,
                                               queue_room=self.queue_room,
                                               type_room=self.type_room,
                                               fair=fair and self.fair)
@@ -106,11 +105,11 @@ class _Rooms:
 def _claim_with_types(session: Session, batch_size: int, lease_seconds: float,
                       queues: Sequence[str] | None, types: list[str]) -> ControlledClaim:
     with session.transaction():
-        locked_queues, locked_types = pgstore.lock_flow(session, types)
+        locked_queues, locked_types = flow_store.lock_flow(session, types)
         if not locked_queues and not locked_types:
             return ControlledClaim([])
-        rooms = _Rooms(pgstore.flow_limits(session, locked_queues, locked_types), types)
-        jobs = pgstore.claim_ids(session, rooms.chosen(session, batch_size, queues),
+        rooms = _Rooms(flow_store.flow_limits(session, locked_queues, locked_types), types)
+        jobs = flow_store.claim_ids(session, rooms.chosen(session, batch_size, queues),
                                  lease_seconds=lease_seconds)
         started, rated = _starts(jobs, rooms.windows)
         if started:
@@ -144,7 +143,7 @@ def _write_windows(session: Session, windows: Mapping[tuple[str, str], RateWindo
         w = windows[scope, name]
         written[scope][name] = flow.rate_record(w.starts, w.now, count, w.rate,
                                                 slack=flow.start_slack(w.rate))
-    pgstore.write_windows(session, written["queue"], written["type"])
+    flow_store.write_windows(session, written["queue"], written["type"])
 
 
 def controlled_due(conn: Any, *, limit: int, queues: Sequence[str] | None = None,
@@ -153,6 +152,6 @@ def controlled_due(conn: Any, *, limit: int, queues: Sequence[str] | None = None
     that a controlled claim could take now, up to ``limit``: each within its room, as
     ``claim_controlled`` would choose them, read without a lock."""
     types = sorted(type_rates or ())
-    rooms = _Rooms(pgstore.flow_limits(conn, None, types), types)
+    rooms = _Rooms(flow_store.flow_limits(conn, None, types), types)
     # How many, not which: the claim order (by tenant or not) changes no room's count.
     return len(rooms.chosen(conn, limit, queues, fair=False))

@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import fanout
+from .. import fanout, flow_store
 from .. import store as pgstore
 from ..db import Connector, Session
 from ..errors import DatabaseUnavailable
@@ -133,7 +133,7 @@ class PostgresStore:
         return pgstore.tenanted(self.session())
 
     def rated_due(self, queues: Sequence[str] | None) -> bool:
-        return bool(self.limited_types) and pgstore.limited_due(
+        return bool(self.limited_types) and flow_store.limited_due(
             self.session(), queues=(), job_types=self.limited_types, only_queues=queues)
 
     def finish_many(self, finishes: Sequence[Finish]) -> Written:
