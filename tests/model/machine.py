@@ -53,6 +53,8 @@ TERMINAL = ("done", "failed", "cancelled")
 DRAIN_SECONDS = 2.5
 DEAD_LEASE_SECONDS = 60
 TIME_STEPS = (30, 90, 700, 4000)
+# Which plain claim claim_round runs first: each in turn (see claim_round).
+_BY_QUEUE_FIRST = itertools.cycle((False, True))
 """Seconds ``pass_time`` moves: past a retry's backoff (30 s), a snooze or a delay (60 s), a
 dead drain's lease (60 s), a ttl (120 s), a unique window (600 s)."""
 
@@ -309,6 +311,10 @@ class QueueModel(RuleBasedStateMachine):
         store = self.store()
         try:
             due = store.due(limit=10_000, queues=None)
+            # The count read queue by queue (a drain beside a paused or controlled queue's)
+            # is the same count.
+            by_queue = store.due(limit=10_000, queues=None, by_queue=True)
+            assert by_queue == due, f"due count {due}, read queue by queue {by_queue}"
             taken: list[pgdrain.Job] = []
             while True:
                 got = self.claim_round(store)
@@ -338,7 +344,11 @@ class QueueModel(RuleBasedStateMachine):
         alone = store.claim_alone(lease_seconds=lease, queues=None)
         if alone is not None:
             got.append(alone)
-        got += store.claim(batch_size=100, lease_seconds=lease, queues=None)
+        # Both plain claims, each first in turn: either must take what the other would.
+        first = next(_BY_QUEUE_FIRST)
+        for by_queue in (first, not first):
+            got += store.claim(batch_size=100, lease_seconds=lease, queues=None,
+                               by_queue=by_queue)
         got += store.claim(batch_size=100, lease_seconds=lease, queues=None, fair=True)
         got += store.claim_controlled(batch_size=100, lease_seconds=lease, queues=None).jobs
         return got

@@ -32,8 +32,12 @@ RECORDING_JOBS = "tests.reliability.recording_jobs"
 
 # What a drain that lost its database says on its way out: the function's own "drain failed"
 # log line and the driver's exception (pg8000's InterfaceError for a dead socket, DatabaseError
-# for the server's "terminating connection" FATAL, or pgdrain's DatabaseConnectError).
-DATABASE_ERROR = re.compile(r"\b(InterfaceError|DatabaseError|DatabaseConnectError)\b")
+# for the server's "terminating connection" FATAL, pgdrain's DatabaseConnectError, or the
+# socket's own OSError, which pg8000 does not wrap on the first read of a reply: a connection
+# reset by the server's exit surfaced as ConnectionResetError in CI).
+DATABASE_ERROR = re.compile(r"\b(InterfaceError|DatabaseError|DatabaseConnectError"
+                            r"|ConnectionResetError|BrokenPipeError|ConnectionAbortedError"
+                            r"|ConnectionRefusedError|OSError)\b")
 
 
 def executions_ddl() -> str:

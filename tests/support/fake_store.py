@@ -111,7 +111,8 @@ class FakeStore:
         return set()
 
     def claim(self, *, batch_size: int, lease_seconds: float,
-              queues: Sequence[str] | None, fair: bool = False) -> list[Job]:
+              queues: Sequence[str] | None, fair: bool = False,
+              by_queue: bool = False) -> list[Job]:
         self._step("claim")
         due = self._due(queues, alone=False)
         return [self._claim(j, lease_seconds, started=False) for j in due[:batch_size]]
@@ -217,6 +218,6 @@ class FakeStore:
         self.calls.append("unreserve_launches")
         self.launches.unreserve(count)
 
-    def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
+    def due(self, *, limit: int, queues: Sequence[str] | None, by_queue: bool = False) -> int:
         self.calls.append("due")
         return min(limit, len(self._due(queues, alone=False)) + len(self._due(queues, alone=True)))

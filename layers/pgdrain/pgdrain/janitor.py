@@ -39,10 +39,12 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
     registry = REGISTRY if registry is None else registry
     session = as_session(conn)
     with session.transaction():
-        locked, alone_due, controlled, tenants = store.try_janitor_lock(session)
-        if not locked:
-            return JanitorResult(ran=False, alone_due=alone_due, controlled=controlled,
-                                 tenants=tenants)
+        look = store.try_janitor_lock(session)
+        alone_due = look["alone_due"]
+        seen = {"controlled": look["controlled"], "queues_set": look["queues_set"],
+                "tenants": look["tenants"]}
+        if not look["locked"]:
+            return JanitorResult(ran=False, alone_due=alone_due, **seen)
         expired = store.expired_leases(session, limit=settings.reclaim_batch_size)
         finishes = [_finish(lease, registry, settings) for lease in expired]
         hooked = registry.hooked_types()
@@ -62,7 +64,7 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
     failed, refunded = outcomes.count(Outcome.FAIL), outcomes.count(Outcome.REFUND)
     return JanitorResult(ran=True, reclaimed=len(outcomes) - failed, failed=failed,
                          purged=purged, refunded=refunded, alone_due=alone_due,
-                         expired=len(too_late), controlled=controlled, tenants=tenants)
+                         expired=len(too_late), **seen)
 
 
 def _purge(session: Any, settings: Settings) -> int:

@@ -331,6 +331,9 @@ class JanitorResult:
     controlled: bool = False
     """Whether some queue has a concurrency cap or a rate limit: the drain then also claims
     through ``claim_controlled``."""
+    queues_set: bool = False
+    """Whether some queue is paused, capped or rate-limited: the drain's plain claims then read
+    queue by queue (job_claim_batch_by_queue), past such a queue's backlog."""
     tenants: bool = False
     """Whether pending jobs name tenants: the drain then claims fairly (job_claim_fair)."""
 

@@ -89,6 +89,7 @@ def claim(
     queues: Sequence[str] | None = None,
     limited_types: Sequence[str] = (),
     fair: bool = False,
+    by_queue: bool = False,
 ) -> list[Job]:
     """Claim up to ``batch_size`` due jobs for ``lease_seconds``, in (priority, run_at, id) order.
 
@@ -99,13 +100,19 @@ def claim(
     ``limited_types`` (rate-limited: ``claim_controlled`` takes them) and of capped or
     rate-limited queues are left alone, and so are an ordering key's later jobs. ``fair``:
     take from each tenant in turn (job_claim_fair); else jobs naming a tenant are left alone.
+    ``by_queue``: read queue by queue (job_claim_batch_by_queue), the faster claim beside a
+    paused, capped or rate-limited queue's backlog; the same jobs either way.
     """
     session = as_session(conn)
     params = {"batch_size": batch_size, "lease_seconds": lease_seconds,
               "queues": list(queues) if queues else None,
               "limited_types": list(limited_types) or None}
-    rows = session.rows("job_claim_fair", **params) if fair else \
-        session.rows("job_claim_batch", **params)
+    if fair:
+        rows = session.rows("job_claim_fair", **params)
+    elif by_queue:
+        rows = session.rows("job_claim_batch_by_queue", **params)
+    else:
+        rows = session.rows("job_claim_batch", **params)
     return [claimed_job(row) for row in rows]
 
 
@@ -254,14 +261,14 @@ def fail(conn: Any, job: Job, error: str) -> bool:
 # --- the janitor's statements ------------------------------------------------------------------
 
 
-def try_janitor_lock(session: Session) -> tuple[bool, bool, bool, bool]:
-    """Take the janitor's transaction-scoped lock without waiting (False if another has it),
-    and say whether a job to claim alone is due, whether some queue is capped or
-    rate-limited, and whether pending jobs name tenants."""
+def try_janitor_lock(session: Session) -> dict[str, bool]:
+    """Take the janitor's transaction-scoped lock without waiting (``locked`` False if another
+    has it), and say whether a job to claim alone is due (``alone_due``), whether some queue
+    is capped or rate-limited (``controlled``), whether some queue is paused, capped or
+    rate-limited (``queues_set``) and whether pending jobs name tenants (``tenants``)."""
     row = session.one("janitor_try_lock", lock_key=JANITOR_LOCK_KEY)
     assert row is not None
-    return (bool(row["locked"]), bool(row["alone_due"]), bool(row["controlled"]),
-            bool(row["tenants"]))
+    return {name: bool(value) for name, value in row.items()}
 
 
 def expired_leases(session: Session, *, limit: int) -> list[ExpiredLease]:
@@ -556,14 +563,16 @@ def drains_running(conn: Any) -> int:
 
 
 def due_count(conn: Any, *, limit: int, queues: Sequence[str] | None = None,
-              limited_types: Sequence[str] = ()) -> tuple[int, bool]:
+              limited_types: Sequence[str] = (), by_queue: bool = False) -> tuple[int, bool]:
     """Due jobs the plain and lone claims could take, counted up to ``limit`` (an index scan
     of at most that many entries; not those of capped or rate-limited queues and of
     ``limited_types``: ``controlled_due`` counts those), and whether some queue is capped or
-    rate-limited."""
-    row = as_session(conn).rows("jobs_due_count", limit=limit,
-                                queues=list(queues) if queues else None,
-                                limited_types=list(limited_types) or None)[0]
+    rate-limited. ``by_queue``: counted queue by queue, as ``claim(by_queue=True)`` reads."""
+    params = {"limit": limit, "queues": list(queues) if queues else None,
+              "limited_types": list(limited_types) or None}
+    session = as_session(conn)
+    row = session.rows("jobs_due_count_by_queue", **params)[0] if by_queue else \
+        session.rows("jobs_due_count", **params)[0]
     return int(row["due"]), bool(row["controlled"])
 
 

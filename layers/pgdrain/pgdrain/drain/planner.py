@@ -42,7 +42,8 @@ class Claims(Protocol):
     """The claims of the ``DrainStore`` port."""
 
     def claim(self, *, batch_size: int, lease_seconds: float,
-              queues: Sequence[str] | None, fair: bool = False) -> list[Job]: ...
+              queues: Sequence[str] | None, fair: bool = False,
+              by_queue: bool = False) -> list[Job]: ...
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None
                     ) -> Job | None: ...
@@ -127,13 +128,17 @@ class ClaimPlanner:
     """The state the next claim depends on, from the janitor's look at the start on."""
 
     def __init__(self, *, alone_due: bool, controlled: bool, fair: bool, rated: bool,
-                 lease: float, queues: Sequence[str] | None):
+                 lease: float, queues: Sequence[str] | None, by_queue: bool = False):
         self.alone_due = alone_due
         """Jobs whose claim was lost are due (the janitor said so): claim them one by one."""
         self.controlled = controlled
         """Some queue has a cap or a rate limit (the janitor's look at the start): claim
         through claim_controlled too. A limit set later is obeyed at once (the plain claim
         leaves such queues alone) and served from the next drain on."""
+        self.by_queue = by_queue
+        """Some queue is paused, capped or rate-limited (the janitor's look): the plain claim
+        reads queue by queue, past that queue's backlog. Either claim takes the same jobs; a
+        queue paused later costs only speed until the next drain."""
         self.rated = rated
         self.rated_due = False
         """A job of a rate-limited type is due (looked for at the first claim, then at most
@@ -192,11 +197,11 @@ class ClaimPlanner:
 
     def _plain(self, store: Claims, size: int) -> list[Job]:
         jobs = store.claim(batch_size=size, lease_seconds=self.lease, queues=self.queues,
-                           fair=self.fair)
+                           fair=self.fair, by_queue=self.by_queue)
         if len(jobs) < size and not self.fair and self._tenants_came(store):
             self.fair = True
             jobs += store.claim(batch_size=size - len(jobs), lease_seconds=self.lease,
-                                queues=self.queues, fair=True)
+                                queues=self.queues, fair=True, by_queue=self.by_queue)
         return jobs
 
     def _tenants_came(self, store: Claims) -> bool:

@@ -57,9 +57,11 @@ class DrainStore(Protocol):
         """Write running jobs' progress (None: no report) and return those asked to stop."""
 
     def claim(self, *, batch_size: int, lease_seconds: float,
-              queues: Sequence[str] | None, fair: bool = False) -> list[Job]:
+              queues: Sequence[str] | None, fair: bool = False,
+              by_queue: bool = False) -> list[Job]:
         """The plain claim (``fair``: from each tenant in turn), leaving rate-limited types
-        and capped or rate-limited queues to ``claim_controlled``."""
+        and capped or rate-limited queues to ``claim_controlled``; ``by_queue``: read queue
+        by queue (the same jobs, faster beside a paused or controlled queue's backlog)."""
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None: ...
 
@@ -94,7 +96,7 @@ class DrainStore(Protocol):
 
     def unreserve_launches(self, count: int) -> None: ...
 
-    def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
+    def due(self, *, limit: int, queues: Sequence[str] | None, by_queue: bool = False) -> int:
         """Due jobs a claim could take now, up to ``limit``: what decides continuation and
         fan-out (capped and rate-limited work within its room; not an ordering key's later
         jobs, nor work a cap or a rate holds back)."""

@@ -92,10 +92,11 @@ class PostgresStore:
         return session
 
     def claim(self, *, batch_size: int, lease_seconds: float,
-              queues: Sequence[str] | None, fair: bool = False) -> list[Job]:
+              queues: Sequence[str] | None, fair: bool = False,
+              by_queue: bool = False) -> list[Job]:
         return pgstore.claim(self._claiming(), batch_size=batch_size,
                              lease_seconds=lease_seconds, queues=queues,
-                             limited_types=self.limited_types, fair=fair)
+                             limited_types=self.limited_types, fair=fair, by_queue=by_queue)
 
     def claim_controlled(self, *, batch_size: int, lease_seconds: float,
                          queues: Sequence[str] | None) -> ControlledClaim:
@@ -174,9 +175,10 @@ class PostgresStore:
     def unreserve_launches(self, count: int) -> None:
         pgstore.unreserve_drain_launches(self.session(), count)
 
-    def due(self, *, limit: int, queues: Sequence[str] | None) -> int:
+    def due(self, *, limit: int, queues: Sequence[str] | None, by_queue: bool = False) -> int:
         due, controlled = pgstore.due_count(self.session(), limit=limit, queues=queues,
-                                            limited_types=self.limited_types)
+                                            limited_types=self.limited_types,
+                                            by_queue=by_queue)
         if due < limit and (controlled or self.type_rates):
             self._declare_rates()
             from .. import claiming

@@ -73,6 +73,9 @@ class _Pass:
     def __init__(self, state: DrainState, runner: Runner | None):
         self.s = state
         self.runner = runner
+        self.by_queue = False
+        """Some queue is paused, capped or rate-limited (the janitor saw): counts read queue
+        by queue, as the claims do."""
 
     def run(self) -> DrainSummary:
         s = self.s
@@ -104,9 +107,11 @@ class _Pass:
         summary.reclaimed_refunded = janitor.refunded
         summary.expired = janitor.expired
         summary.purged = janitor.purged
+        self.by_queue = janitor.queues_set
         planner = ClaimPlanner(alone_due=janitor.alone_due, controlled=janitor.controlled,
                                fair=janitor.tenants, rated=bool(s.registry.type_rates()),
-                               lease=s.budget.lease, queues=s.settings.queues or None)
+                               lease=s.budget.lease, queues=s.settings.queues or None,
+                               by_queue=janitor.queues_set)
         summary.vacuumed = int(s.store.vacuum_if_due(s.settings))
         summary.scheduled = s.store.enqueue_scheduled(s.registry)
         return planner
@@ -119,7 +124,7 @@ class _Pass:
             return
         per_drain = s.settings.concurrency
         due = s.store.due(limit=per_drain * s.settings.max_drains,
-                          queues=s.settings.queues or None)
+                          queues=s.settings.queues or None, by_queue=self.by_queue)
         self._launch(fanout.wanted(due, per_drain), "fan-out")
 
     def _continue_if_due(self) -> None:
@@ -133,7 +138,7 @@ class _Pass:
             return
         if not s.budget.may_ask(s.time_left()):
             return  # no time to ask; the schedule's next tick will look
-        if s.store.due(limit=1, queues=s.settings.queues or None):
+        if s.store.due(limit=1, queues=s.settings.queues or None, by_queue=self.by_queue):
             self._launch(1, "continue")
 
     def _launch(self, wanted: int, reason: str) -> None:

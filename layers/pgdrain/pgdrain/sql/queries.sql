@@ -112,19 +112,19 @@ AND (:queues::text[] IS NULL OR j.queue = ANY (:queues::text[]))
 -- thousand.
 ((SELECT :limited_types::text[] IS NULL) OR j.job_type <> ALL (:limited_types::text[]))
 
--- fragment: queue_set_any
--- Whether some queue is paused, capped or rate-limited (then job_queue_plain leaves some
--- jobs out, and the plain claims read queue by queue).
+-- fragment: queue_controlled_any
+-- Whether some queue not paused is capped or rate-limited: the controlled claim has work to
+-- look at (and the due counts leave its jobs to controlled_due).
 EXISTS (SELECT FROM pgdrain_queues AS q
-        WHERE q.paused_at IS NOT NULL OR q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
+        WHERE (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL) AND q.paused_at IS NULL)
 
 -- fragment: queues_open
 -- CTEs: open_queues, the queues with pending jobs (found by skipping through
 -- jobs_pending_queue_idx, one probe a queue) neither paused nor capped nor rate-limited,
--- within :queues; read only while some queue is so set (queue_set_any).
+-- within :queues.
 queues AS (
     (SELECT queue FROM jobs
-     WHERE status = 'pending' AND (SELECT {{queue_set_any}})
+     WHERE status = 'pending'
      ORDER BY queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM jobs AS j
@@ -462,7 +462,9 @@ FOR UPDATE SKIP LOCKED
 -- drain is running the janitor right now, and this one skips it. Also says whether a job to
 -- claim alone is due (an index probe of jobs_alone_idx), so the drain knows at no extra cost,
 -- whether some queue has a concurrency cap or a rate limit (the drain then also runs the
--- controlled claim) and whether pending jobs name tenants (the drain then claims fairly).
+-- controlled claim), whether some queue is paused, capped or rate-limited (the drain then
+-- claims queue by queue: job_claim_batch_by_queue) and whether pending jobs name tenants (the
+-- drain then claims fairly).
 -- The probes of jobs are ordered by their index: an EXISTS was planned as a sequential scan
 -- that stops at the first match, which reads the whole history when it lies ahead of it.
 SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
@@ -471,6 +473,9 @@ SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
         ORDER BY priority, run_at, id LIMIT 1) IS NOT NULL AS alone_due,
        EXISTS (SELECT 1 FROM pgdrain_queues
                WHERE max_running IS NOT NULL OR rate_limit IS NOT NULL) AS controlled,
+       EXISTS (SELECT 1 FROM pgdrain_queues
+               WHERE paused_at IS NOT NULL OR max_running IS NOT NULL
+                  OR rate_limit IS NOT NULL) AS queues_set,
        (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
         ORDER BY tenant LIMIT 1) IS NOT NULL AS tenants
 
@@ -579,54 +584,66 @@ RETURNING {{job_claim_returning(j)}}
 -- UPDATE SKIP LOCKED)` may be re-evaluated by the planner and claim more than n rows.
 -- UPDATE ... RETURNING has no order: the outer SELECT returns the batch in claim order. A job
 -- whose claim was lost before is left to job_claim_alone, and one naming a tenant to
--- job_claim_fair. While no queue is paused, capped or rate-limited, the first claimable jobs
--- off jobs_pending_idx; else the queues' own: a walk of jobs_pending_idx read every paused
--- job ahead of the first open one on each claim (4 times slower behind 100,000,
--- docs/benchmarks.md). Then each other queue with pending jobs (found by skipping through
--- jobs_pending_queue_idx, one probe a queue) offers its first :batch_size, locked, skipping
--- what another claim holds, and the batch is the first of them: a claim beside a paused queue
--- locks up to a batch in each open queue for its statement (read unlocked first, then
--- locked, the plan cost twice as much and passed jit_above_cost).
-WITH RECURSIVE
-{{queues_open}}, due AS MATERIALIZED (
-    SELECT plain.id, plain.priority, plain.run_at
-    FROM (SELECT id, priority, run_at
-          FROM jobs
-          WHERE NOT (SELECT {{queue_set_any}})
-            AND {{job_claimable(jobs)}}
-            AND jobs.lost_claims = 0
-            AND jobs.tenant IS NULL
-          ORDER BY priority, run_at, id
-          LIMIT :batch_size::int
-          FOR UPDATE SKIP LOCKED) AS plain
-    UNION ALL
-    SELECT q.id, q.priority, q.run_at
-    FROM (SELECT d.id, d.priority, d.run_at
-          FROM open_queues AS g
-          CROSS JOIN LATERAL (
-              SELECT * FROM (
-                  SELECT id, priority, run_at
-                  FROM jobs
-                  WHERE {{job_claimable(jobs)}}
-                    AND jobs.lost_claims = 0
-                    AND jobs.tenant IS NULL
-                    AND jobs.queue = g.queue
-                    -- A bound of jobs_pending_queue_idx only, as job_claim_controlled's.
-                    AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
-                  ORDER BY priority, run_at, id
-                  -- A constant window, so that the planner costs what is read (a LIMIT it
-                  -- cannot read it costs at a tenth of the rows under it); rows are locked
-                  -- as the LIMIT above reads them.
-                  LIMIT 1000
-                  FOR UPDATE SKIP LOCKED) AS w
-              LIMIT :batch_size::int) AS d
-          ORDER BY d.priority, d.run_at, d.id
-          LIMIT :batch_size::int) AS q
+-- job_claim_fair. The first claimable jobs off jobs_pending_idx: the claim while no queue is
+-- paused, capped or rate-limited. Beside such a queue it is still right (job_queue_plain
+-- leaves its jobs out) but reads every one of them ahead of the first open job, on each claim
+-- (4 times slower behind a paused 100,000): the drain claims with job_claim_batch_by_queue
+-- while the janitor saw a queue so set. Two statements, not one with both branches: planned
+-- together they cost 3-8 ms to plan on every claim (a custom plan each time, for :queues and
+-- :limited_types), a third of a no-op drain's throughput (docs/benchmarks.md).
+WITH due AS MATERIALIZED (
+    SELECT id
+    FROM jobs
+    WHERE {{job_claimable(jobs)}}
+      AND jobs.lost_claims = 0
+      AND jobs.tenant IS NULL
+    ORDER BY priority, run_at, id
+    LIMIT :batch_size::int
+    FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE jobs AS j
     SET {{job_claim_set(j)}}
     -- The ids as an array: joined to the CTE, a generic plan guessed many rows and read the
     -- whole table in a hash join.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM due))
+    RETURNING {{job_claim_returning(j)}}
+)
+SELECT * FROM claimed ORDER BY priority, run_at, id
+
+-- name: job_claim_batch_by_queue
+-- job_claim_batch read queue by queue, for a drain beside a paused, capped or rate-limited
+-- queue: each other queue with pending jobs (open_queues: found by skipping through
+-- jobs_pending_queue_idx, one probe a queue) offers its first :batch_size claimable jobs,
+-- locked, skipping what another claim holds, and the batch is the first of them in claim
+-- order. A claim locks up to a batch in each open queue for its statement (read unlocked
+-- first, then locked, the plan cost twice as much and passed jit_above_cost). Right with no
+-- queue so set too (every queue is then open), only slower than job_claim_batch.
+WITH RECURSIVE
+{{queues_open}}, due AS MATERIALIZED (
+    SELECT d.id, d.priority, d.run_at
+    FROM open_queues AS g
+    CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT id, priority, run_at
+            FROM jobs
+            WHERE {{job_claimable(jobs)}}
+              AND jobs.lost_claims = 0
+              AND jobs.tenant IS NULL
+              AND jobs.queue = g.queue
+              -- A bound of jobs_pending_queue_idx only, as job_claim_controlled's.
+              AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
+            ORDER BY priority, run_at, id
+            -- A constant window, so that the planner costs what is read (a LIMIT it cannot
+            -- read it costs at a tenth of the rows under it); rows are locked as the LIMIT
+            -- above reads them.
+            LIMIT 1000
+            FOR UPDATE SKIP LOCKED) AS w
+        LIMIT :batch_size::int) AS d
+    ORDER BY d.priority, d.run_at, d.id
+    LIMIT :batch_size::int
+), claimed AS (
+    UPDATE jobs AS j
+    SET {{job_claim_set(j)}}
     WHERE j.id = ANY (ARRAY(SELECT id FROM due))
     RETURNING {{job_claim_returning(j)}}
 )
@@ -1268,40 +1285,43 @@ ORDER BY queue, status
 
 -- name: jobs_due_count
 -- Claimable jobs (job_claimable) the plain, lone and fair claims could take now, counted up to
--- :limit by bounded index scans, never a count of the table: of jobs_pending_idx while no
--- queue is paused, capped or rate-limited, else of each other queue's range of
--- jobs_pending_queue_idx, as job_claim_batch reads (a walk of jobs_pending_idx read every
--- paused job on each count). Fan-out and continuation only need to know "more than n", and
--- must count exactly what a claim could take: a drain started for a job no claim can take
--- finds nothing and, if its own count says the same, starts another (keyed jobs behind a
--- retrying one made 100 invocations a second). Jobs of capped or rate-limited queues and of
--- rate-limited types are controlled_due's to count, within their room. Also says whether
--- some queue is capped or rate-limited, so the caller knows whether to count those too.
+-- :limit by a bounded scan of jobs_pending_idx, never a count of the table; the count while no
+-- queue is paused, capped or rate-limited (beside one, jobs_due_count_by_queue: this scan
+-- would read every paused job on each count). Fan-out and continuation only need to know
+-- "more than n", and must count exactly what a claim could take: a drain started for a job no
+-- claim can take finds nothing and, if its own count says the same, starts another (keyed
+-- jobs behind a retrying one made 100 invocations a second). Jobs of capped or rate-limited
+-- queues and of rate-limited types are controlled_due's to count, within their room. Also says
+-- whether some queue is capped or rate-limited, so the caller knows whether to count those
+-- too.
+SELECT (SELECT count(*)
+        FROM (SELECT 1 FROM jobs
+              WHERE {{job_claimable(jobs)}}
+              -- Ordered by the index: unordered, the planner read the table from its start
+              -- (a sequential scan it expected to find :limit due jobs in early).
+              ORDER BY priority, run_at, id
+              LIMIT :limit::int) AS d)::int AS due,
+       {{queue_controlled_any}} AS controlled
+
+-- name: jobs_due_count_by_queue
+-- jobs_due_count read queue by queue, as job_claim_batch_by_queue reads: each open queue's
+-- range of jobs_pending_queue_idx, up to :limit in all. The outer LIMIT stops the reads at
+-- :limit in all, and is what the planner costs by: a sum of each queue's count up to :limit
+-- was costed as :limit read in every queue, and JIT-compiled behind a big backlog.
 WITH RECURSIVE
 {{queues_open}}
-SELECT least(
-           (SELECT count(*)
-            FROM (SELECT 1 FROM jobs
-                  WHERE NOT (SELECT {{queue_set_any}})
-                    AND {{job_claimable(jobs)}}
-                  -- Ordered by the index: unordered, the planner read the table from its
-                  -- start (a sequential scan it expected to find :limit due jobs in early).
-                  ORDER BY priority, run_at, id
-                  LIMIT :limit::int) AS d)
-           + (SELECT coalesce(sum(c.n), 0)
+SELECT (SELECT count(*)
+        FROM (SELECT 1
               FROM open_queues AS g
               CROSS JOIN LATERAL (
-                  SELECT count(*) AS n
-                  FROM (SELECT 1 FROM jobs
-                        WHERE {{job_claimable(jobs)}}
-                          AND jobs.queue = g.queue
-                          AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
-                        ORDER BY priority, run_at, id
-                        LIMIT :limit::int) AS d) AS c),
-           :limit::int)::int AS due,
-       EXISTS (SELECT FROM pgdrain_queues AS q
-               WHERE (q.max_running IS NOT NULL OR q.rate_limit IS NOT NULL)
-                 AND q.paused_at IS NULL) AS controlled
+                  SELECT 1 FROM jobs
+                  WHERE {{job_claimable(jobs)}}
+                    AND jobs.queue = g.queue
+                    AND (jobs.queue, jobs.priority) >= (g.queue, -32768)
+                  ORDER BY priority, run_at, id
+                  LIMIT :limit::int) AS d
+              LIMIT :limit::int) AS c)::int AS due,
+       {{queue_controlled_any}} AS controlled
 
 -- name: jobs_tenanted
 -- Whether pending jobs name tenants: an index probe of jobs_pending_tenant_idx (empty unless
