@@ -191,6 +191,8 @@ class Job:
     lost_claims: int = 0
     """How often a drain died holding this job before it was known to have started; when
     above 0 the job is claimed alone, its start recorded (see policy.after_lost_lease)."""
+    tenant: str | None = None
+    """The tenant the job was enqueued for (``enqueue(..., tenant=)``), if any."""
     payload_error: str | None = None
     """Why the stored payload could not be decoded (``payload`` is then None): the drain
     fails the job with this reason instead of running it."""

@@ -9,7 +9,9 @@ reports the writes that were stale.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,12 +110,37 @@ def claim(
               "queues": list(queues) if queues else None,
               "limited_types": list(limited_types) or None}
     if fair:
-        rows = session.rows("job_claim_fair", **params)
+        rows = session.rows("job_claim_fair", **params,
+                            after_tenant=_fair_after(session.conn))
+        # Where the next fair claim on this connection starts: after the last tenant this
+        # one served (the statement says, in the database's order of names), or at the first.
+        _remember_fair_after(session.conn, rows[0]["fair_after"] if rows else None)
+        for row in rows:
+            del row["fair_after"]
     elif by_queue:
         rows = session.rows("job_claim_batch_by_queue", **params)
     else:
         rows = session.rows("job_claim_batch", **params)
     return [claimed_job(row) for row in rows]
+
+
+# Per connection, the last tenant a fair claim served: the next starts after it, and so every
+# tenant is served within a lap of claims (job_claim_fair). Only where to start: a cursor
+# left by another database's claims is as good as any other. Weak: it goes with its
+# connection.
+_FAIR_AFTER: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+
+
+def _fair_after(conn: Any) -> str | None:
+    try:
+        return _FAIR_AFTER.get(conn)
+    except TypeError:  # a driver's connection that takes no weak reference: from the first
+        return None
+
+
+def _remember_fair_after(conn: Any, tenant: str | None) -> None:
+    with contextlib.suppress(TypeError):  # a driver's connection that takes no weak reference
+        _FAIR_AFTER[conn] = tenant
 
 
 def tenanted(conn: Any) -> bool:
