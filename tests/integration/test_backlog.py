@@ -15,7 +15,7 @@ from pgdrain.sql import QUERIES
 
 
 def _plan(sql, name: str, **params) -> dict:
-    statement = QUERIES[name]
+    statement = QUERIES[name].replace(":queues::text[]", "NULL::text[]")
     for key, value in params.items():
         statement = statement.replace(f":{key}::int", str(int(value)))
     [[text]] = [list(r.values()) for r in sql(

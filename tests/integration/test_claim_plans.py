@@ -49,7 +49,7 @@ STATEMENTS: dict[str, dict[str, str]] = {
     "janitor_expire_batch": {"limit": "1000"},
     "janitor_select_expired": {"limit": "1000"},
     "janitor_try_lock": {"lock_key": "8101821290853248513"},
-    "job_backlog": {"cap": "10000"},
+    "job_backlog": {"cap": "10000", "queues": "NULL"},
     "job_claim_alone": {"lease_seconds": LEASE, "queues": "NULL",
                         "limited_types": "'{rated}'"},
     "job_claim_batch": {"batch_size": BATCH, "lease_seconds": LEASE, "queues": "NULL",

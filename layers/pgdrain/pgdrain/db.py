@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import re
+import socket
 import ssl
 import threading
 import time
@@ -192,7 +193,19 @@ def connect(params: ConnectParams | str, *, timeout: float | None = None
         application_name=params.application_name,
     )
     conn.register_in_adapter(TIMESTAMPTZ, _timestamptz_in)
+    _no_delay(conn)
     return conn
+
+
+def _no_delay(conn: pg8000.native.Connection) -> None:
+    """Send each message at once (TCP_NODELAY). pg8000 writes through an 8 KB buffer: a
+    message longer than that went out in two writes, and Nagle held the second until the
+    server's delayed ACK of the first, 40 ms later (a 9 KB statement with parameters: 48 ms
+    a run instead of 4; a batch enqueue's bind of 8 KB of payloads alike)."""
+    sock = getattr(conn, "_usock", None)
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _encode(value: Any) -> Any:

@@ -419,7 +419,7 @@ _REQUEUE_ROUNDS = 3
 def backlog(conn: Any, *, cap: int = BACKLOG_CAP) -> Backlog:
     """Due pending jobs (counted up to ``cap``) and the age of the oldest, through the claim's
     index: a bounded read whatever the size of the finished history."""
-    row = as_session(conn).one("job_backlog", cap=cap)
+    row = as_session(conn).one("job_backlog", cap=cap, queues=None)
     assert row is not None
     return Backlog(due=row["due"], oldest_due_seconds=row["oldest_due_seconds"],
                    queues_paused=row["queues_paused"])
@@ -432,7 +432,7 @@ def stats(conn: Any) -> QueueStats:
     counts: dict[str, dict[str, int]] = {}
     for row in session.rows("job_stats_by_status"):
         counts.setdefault(row["queue"], {})[row["status"]] = row["jobs"]
-    lag = session.one("job_oldest_due_age")
+    lag = session.one("job_oldest_due_age", queues=None)
     assert lag is not None
     return QueueStats(counts=counts, due=lag["due"], oldest_due_seconds=lag["oldest_due_seconds"])
 
@@ -441,7 +441,7 @@ def stats(conn: Any) -> QueueStats:
 def overview(conn: Any) -> list[dict[str, Any]]:
     """Per queue and job type: due, scheduled, running and failed jobs, the oldest due job's
     wait, and what finished in the last minute and hour (see the catalogue)."""
-    return as_session(conn).rows("job_overview_by_queue_type")
+    return as_session(conn).rows("job_overview_by_queue_type", queues=None)
 
 
 def list_jobs(conn: Any, *, status: str | None = None, job_type: str | None = None,

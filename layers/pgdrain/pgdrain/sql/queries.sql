@@ -502,14 +502,15 @@ WITH RECURSIVE priorities AS (
          AS p(priority)
     CROSS JOIN LATERAL (
         SELECT j.run_at FROM jobs AS j
-        WHERE j.status = 'pending' AND j.priority = p.priority
+        WHERE {{job_due(j)}} AND j.priority = p.priority
         ORDER BY j.run_at LIMIT 1) AS first
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
             -- Ordered by the index: unordered, the planner read the table from its
-            -- start (a sequential scan it expected to find :cap due jobs in early).
+            -- start (a sequential scan it expected to find :cap due jobs in early). Due
+            -- as every claim and count reads it (job_due).
             SELECT 1 FROM jobs AS j
-            WHERE j.status = 'pending' AND j.priority = p.priority AND j.run_at <= now()
+            WHERE {{job_due(j)}} AND j.priority = p.priority
             ORDER BY j.run_at
             LIMIT :cap::int) AS d) AS due
 )
@@ -775,13 +776,18 @@ FROM pgdrain_claim_controlled(
 -- planner plans the window for the few rows read from it: an index scan in claim order, not
 -- a sort of the tenant's due jobs.
 WITH RECURSIVE after_cursor AS (
-    -- The tenants after :after_tenant, in order ('' and the inequality: an index bound in a
-    -- generic plan too, where an OR with "IS NULL" is not one).
-    (SELECT tenant FROM jobs
-     WHERE status = 'pending' AND tenant IS NOT NULL AND run_at <= now()
-       AND tenant >= coalesce(:after_tenant::text, '')
-       AND tenant IS DISTINCT FROM :after_tenant::text
-     ORDER BY tenant LIMIT 1)
+    -- The tenants after :after_tenant, in order: each branch's bound is one of the index's
+    -- (as `>= coalesce(...)` with the cursor's own tenant filtered out, each claim read the
+    -- whole range of that tenant's jobs to pass it: 50 ms a claim among 10 tenants).
+    SELECT CASE WHEN :after_tenant::text IS NULL
+                THEN (SELECT tenant FROM jobs
+                      WHERE status = 'pending' AND tenant IS NOT NULL AND run_at <= now()
+                      ORDER BY tenant LIMIT 1)
+                ELSE (SELECT tenant FROM jobs
+                      WHERE status = 'pending' AND tenant > :after_tenant::text
+                        AND run_at <= now()
+                      ORDER BY tenant LIMIT 1)
+           END AS tenant
     UNION ALL
     SELECT (SELECT j.tenant FROM jobs AS j
             WHERE j.status = 'pending' AND j.tenant IS NOT NULL AND j.tenant > t.tenant
@@ -1126,24 +1132,27 @@ ORDER BY id DESC
 LIMIT :limit::int
 
 -- name: job_oldest_due_age
--- Seconds since the oldest due pending job became due (0 when none is due): the queue's lag.
+-- Seconds since the oldest due job (job_due, as every claim and count reads it: not expired,
+-- not asked to stop) became due (0 when none is due): the queue's lag; and how many are due.
 SELECT COALESCE(EXTRACT(EPOCH FROM now() - CASE
            WHEN min(run_at) = '-infinity' THEN timestamptz '0001-01-01 00:00:00+00'
            ELSE min(run_at) END), 0)::float8 AS oldest_due_seconds,
        count(*) AS due
 FROM jobs
-WHERE status = 'pending' AND run_at <= now()
+WHERE {{job_due(jobs)}}
 
 -- name: job_overview_by_queue_type
 -- What an operator asks first, per queue and job type: due, scheduled (pending, not yet due),
 -- running, failed and cancelled jobs, how long the oldest due job has waited, and what
 -- finished in the last minute and hour. Each part reads one status through its partial index
--- (done, failed and cancelled by finished_at), never the whole history.
+-- (done, failed and cancelled by finished_at), never the whole history. Due is job_due, as
+-- every claim and count reads it (a pending job past its expires_at, or asked to stop, is not
+-- due: the janitor ends it).
 WITH pending AS (
     SELECT queue, job_type,
-           count(*) FILTER (WHERE run_at <= now()) AS due,
+           count(*) FILTER (WHERE {{job_due(jobs)}}) AS due,
            count(*) FILTER (WHERE run_at > now()) AS scheduled,
-           min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due_at
+           min(run_at) FILTER (WHERE {{job_due(jobs)}}) AS oldest_due_at
     FROM jobs
     WHERE status = 'pending'
     GROUP BY queue, job_type
