@@ -24,10 +24,10 @@ def test_a_tcp_connection_to_the_database_sends_without_delay(database_url):
 
 
 def test_no_delay_is_set_on_a_loopback_socket_and_left_alone_on_a_unix_one():
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        with socket.create_connection(server.getsockname()) as tcp:
-            db._no_delay(SimpleNamespace(_usock=tcp))
-            assert tcp.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    server = socket.create_server(("127.0.0.1", 0))
+    with server, socket.create_connection(server.getsockname()) as tcp:
+        db._no_delay(SimpleNamespace(_usock=tcp))
+        assert tcp.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     left, right = socket.socketpair(socket.AF_UNIX)
     with left, right:
         db._no_delay(SimpleNamespace(_usock=left))  # no TCP option on a Unix socket: no error
