@@ -18,6 +18,7 @@ of the rounds per case.
 from __future__ import annotations
 
 import argparse
+import inspect
 import statistics
 import time
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ try:
     from pgdrain.claiming import claim_controlled
 except ImportError:  # a revision before the planner left the store (bench/ab_controls.sh)
     from pgdrain.store import claim_controlled
+
+# Beside a paused queue the drain claims queue by queue (the janitor saw a queue so set):
+# so does this loop, where the revision has that claim (bench/ab_controls.sh runs older ones).
+BY_QUEUE = "by_queue" in inspect.signature(pgdrain.claim).parameters
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,9 @@ def one_round(conn, jobs: int, case: Case) -> float:
         if controlled:
             claimed = claim_controlled(conn, batch_size=100, lease_seconds=60).jobs
         else:
+            by_queue = {"by_queue": True} if BY_QUEUE and case.paused else {}
             claimed = pgdrain.claim(conn, batch_size=100, lease_seconds=60,
-                                    fair=bool(case.tenants))
+                                    fair=bool(case.tenants), **by_queue)
         if not claimed:
             break
         pgdrain.complete(conn, claimed)
