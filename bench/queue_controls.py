@@ -9,7 +9,7 @@ of a small tenant's job behind a flood of 100,000 from another: how many claims 
 before it is claimed, and the first fair claim's time.
 
     .venv/bin/python bench/queue_controls.py [--jobs 20000] [--paused 10000 100000] [--rounds 3]
-                                             [--only SUBSTRING]
+                                             [--prepared] [--only SUBSTRING]
 
 On a scratch database (the embedded PostgreSQL, or DATABASE_URL's server). Prints the median
 of the rounds per case.
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 import pgdrain
-from pgdrain.db import connect
+from pgdrain.db import Session, connect
 from pgdrain.migrate import migrate
 from pgdrain_dev.embedded import scratch_database
 
@@ -50,7 +50,10 @@ class Case:
     """Tenants that each hold one job an hour ahead (none due), besides the jobs timed."""
 
 
-def one_round(conn, jobs: int, case: Case) -> float:
+def one_round(conn, jobs: int, case: Case, via=None) -> float:
+    """``via``: what the claims and completions run on (the connection, or a prepared
+    Session as a drain's); the set-up runs on ``conn``."""
+    via = conn if via is None else via
     conn.run("TRUNCATE jobs")
     conn.run("DELETE FROM pgdrain_queues")
     if case.paused:
@@ -73,14 +76,14 @@ def one_round(conn, jobs: int, case: Case) -> float:
     start, done = time.perf_counter(), 0
     while done < jobs and time.perf_counter() - start < 60:
         if controlled:
-            claimed = claim_controlled(conn, batch_size=100, lease_seconds=60).jobs
+            claimed = claim_controlled(via, batch_size=100, lease_seconds=60).jobs
         else:
             by_queue = {"by_queue": True} if BY_QUEUE and case.paused else {}
-            claimed = pgdrain.claim(conn, batch_size=100, lease_seconds=60,
+            claimed = pgdrain.claim(via, batch_size=100, lease_seconds=60,
                                     fair=bool(case.tenants), **by_queue)
         if not claimed:
             break
-        pgdrain.complete(conn, claimed)
+        pgdrain.complete(via, claimed)
         done += len(claimed)
     return done / (time.perf_counter() - start)
 
@@ -111,6 +114,10 @@ def main() -> None:
     parser.add_argument("--paused", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--flood", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prepared", action="store_true",
+                        help="claim and complete through prepared statements, as a drain's "
+                        "connection does (default: unnamed statements, as pgdrain.claim on "
+                        "an application's connection)")
     parser.add_argument("--only", help="run only the cases whose name holds this (and the "
                         "flood's wait if it is part of 'flood')")
     args = parser.parse_args()
@@ -139,7 +146,8 @@ def main() -> None:
             rates: dict[str, list[float]] = {name: [] for name in cases}
             for _ in range(args.rounds):  # interleaved: the machine's noise hits every case
                 for name, case in cases.items():
-                    rates[name].append(one_round(conn, args.jobs, case))
+                    via = Session(conn, prepare=True) if args.prepared else conn
+                    rates[name].append(one_round(conn, args.jobs, case, via))
             waits = [] if args.only and args.only not in "flood" else [
                 small_tenant_wait(conn, args.flood) for _ in range(args.rounds)]
         finally:
