@@ -148,3 +148,21 @@ def test_a_pending_job_asked_to_stop_is_neither_claimed_nor_counted_due(conn, sq
     from pgdrain.store import due_count
     assert due_count(conn, limit=10) == (0, False)
     assert pgdrain.get_job(conn, ident)["status"] == "pending"
+
+
+def test_the_janitor_ends_a_pending_job_asked_to_stop_cancelled(conn, sql):
+    # A job asked to stop while it ran, then made pending again by plain SQL that did not clear
+    # the request (pgdrain.requeue does): no claim takes it, so it stayed pending for ever,
+    # neither due nor scheduled. The janitor ends it cancelled; other pending jobs stay.
+    stopped, other = (r.id for r in pgdrain.enqueue_many(conn, [{"job_type": "export"}] * 2))
+    [job] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    assert job.id == stopped
+    assert pgdrain.cancel(conn, [stopped]) == {stopped: "cancel_requested"}
+    sql("UPDATE jobs SET status = 'pending', lease_token = NULL, lease_expires_at = NULL "
+        "WHERE id = :id", id=stopped)
+    result = pgdrain.run_janitor(conn, Settings())
+    assert result.cancelled == 1
+    assert pgdrain.get_job(conn, stopped)["status"] == "cancelled"
+    assert pgdrain.get_job(conn, stopped)["finished_at"] is not None
+    assert pgdrain.get_job(conn, other)["status"] == "pending"
+    assert pgdrain.run_janitor(conn, Settings()).cancelled == 0

@@ -46,6 +46,7 @@ STATEMENTS: dict[str, dict[str, str]] = {
                          "only_queues": "NULL"},
     "flow_lock": {"job_types": "'{rated}'"},
     "flow_rooms": {"queues": "'{capped,limited}'", "job_types": "'{rated}'"},
+    "janitor_cancel_requested_batch": {"limit": "1000"},
     "janitor_expire_batch": {"limit": "1000"},
     "janitor_select_expired": {"limit": "1000"},
     "janitor_try_lock": {"lock_key": "8101821290853248513"},

@@ -57,14 +57,18 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
             for f, lease in zip(finishes, expired, strict=True))
         too_late = store.expire_pending(session, limit=settings.reclaim_batch_size,
                                         hooked=hooked)
+        stopped = store.cancel_requested_pending(session, limit=settings.reclaim_batch_size)
         purged = _purge(session, settings)
+    for job in stopped:
+        log.info("job %s (%s, queue %s) was pending though asked to stop: cancelled", job["id"],
+                 job["job_type"], job["queue"])
     for job in too_late:
         log.info("job %s (%s, queue %s) expired before it started: failed", job["id"],
                  job["job_type"], job["queue"])
     failed, refunded = outcomes.count(Outcome.FAIL), outcomes.count(Outcome.REFUND)
     return JanitorResult(ran=True, reclaimed=len(outcomes) - failed, failed=failed,
                          purged=purged, refunded=refunded, alone_due=alone_due,
-                         expired=len(too_late), **seen)
+                         expired=len(too_late), cancelled=len(stopped), **seen)
 
 
 def _purge(session: Any, settings: Settings) -> int:

@@ -327,6 +327,8 @@ class JanitorResult:
     """Of ``reclaimed``: jobs whose start was never recorded, given their attempt back."""
     expired: int = 0
     """Pending jobs past their ``expires_at``, ended failed with the error ``expired``."""
+    cancelled: int = 0
+    """Pending jobs asked to stop (made pending again by plain SQL), ended cancelled."""
     alone_due: bool = False
     """Whether a job to claim alone (its claim lost before) is due: the drain claims those
     first."""

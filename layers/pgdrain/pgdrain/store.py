@@ -320,6 +320,12 @@ def expire_pending(session: Session, *, limit: int, hooked: Sequence[str] = ()
     return expired
 
 
+def cancel_requested_pending(session: Session, *, limit: int) -> list[dict[str, Any]]:
+    """End up to ``limit`` pending jobs asked to stop cancelled (only plain SQL makes such a
+    job pending); ``{"id", "job_type", "queue"}`` of each."""
+    return session.rows("janitor_cancel_requested_batch", limit=limit)
+
+
 def purge_done(session: Session, *, retention_seconds: float, limit: int) -> int:
     """Delete up to ``limit`` done jobs older than the retention; how many went."""
     row = session.one("job_purge_done_batch", retention_seconds=retention_seconds, limit=limit)

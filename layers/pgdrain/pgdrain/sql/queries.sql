@@ -74,7 +74,8 @@ AND {{job_ordering_head(j)}}
 -- fragment: job_due(j)
 -- Pending and due, within :queues (NULL: all), not past its expires_at (the janitor ends it:
 -- janitor_expire_batch) and not asked to stop (cancel_requested_at, job_cancel: only plain
--- SQL makes such a job pending again, and it is not run for it). Every claim's filter,
+-- SQL makes such a job pending again, and it is not run for it: the janitor ends it,
+-- janitor_cancel_requested_batch). Every claim's filter,
 -- controlled ones included; status and run_at are also each reader's index bounds.
 j.status = 'pending'
 AND j.run_at <= now()
@@ -422,6 +423,23 @@ INSERT INTO pgdrain_hooked_types (job_type)
 SELECT * FROM unnest(:job_types::text[])
 ORDER BY 1
 ON CONFLICT (job_type) DO NOTHING
+
+-- name: janitor_cancel_requested_batch
+-- End up to :limit pending jobs asked to stop (cancel_requested_at, job_cancel) cancelled: no
+-- claim takes them (job_due), and only plain SQL makes such a job pending again (a requeue
+-- that did not clear the request), so without this they stayed pending, neither due nor
+-- scheduled, for ever. Through jobs_cancel_pending_idx, empty otherwise: an empty probe.
+UPDATE jobs AS j
+SET status = 'cancelled', finished_at = now(), updated_at = now()
+WHERE j.id = ANY(ARRAY(
+    SELECT id
+    FROM jobs
+    WHERE status = 'pending' AND cancel_requested_at IS NOT NULL
+    ORDER BY id
+    LIMIT :limit::int
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING j.id, j.job_type, j.queue
 
 -- name: janitor_expire_batch
 -- End up to :limit pending jobs whose expires_at has passed (due or not): failed, with the
