@@ -13,6 +13,7 @@ import random
 import signal
 import threading
 import time
+from contextlib import contextmanager
 
 import pgdrain
 from pgdrain.db import connect
@@ -41,14 +42,34 @@ def _db():
     return conn
 
 
+@contextmanager
+def _unbroken():
+    """The record's own statement whole: a time limit (SIGALRM, on the drain's thread) that
+    fell inside it left this connection mid-reply, and every later record of the process
+    read the wrong answer (TypeError: 'NoneType' object is not subscriptable) and failed
+    jobs that had not run. Held back until the statement is done, the limit stops the
+    handler right after it."""
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        yield
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+
+
 def _started(job: pgdrain.Job) -> int:
-    return _db().run("INSERT INTO executions (job_id, attempt, pid) VALUES (:id, :attempt, :pid) "
-                     "RETURNING id", id=job.id, attempt=job.attempts, pid=os.getpid())[0][0]
+    with _unbroken():
+        return _db().run("INSERT INTO executions (job_id, attempt, pid) "
+                         "VALUES (:id, :attempt, :pid) RETURNING id",
+                         id=job.id, attempt=job.attempts, pid=os.getpid())[0][0]
 
 
 def _ended(execution: int, outcome: str) -> None:
-    _db().run("UPDATE executions SET ended_at = clock_timestamp(), outcome = :outcome "
-              "WHERE id = :id", id=execution, outcome=outcome)
+    with _unbroken():
+        _db().run("UPDATE executions SET ended_at = clock_timestamp(), outcome = :outcome "
+                  "WHERE id = :id", id=execution, outcome=outcome)
 
 
 @pgdrain.job("record", timeout=10)
