@@ -21,6 +21,18 @@ from urllib.parse import urlencode, urlsplit
 from pgdrain.db import parse_database_url
 
 
+# The frontend's Sync message: pg8000 ends each round trip of the extended protocol with it.
+_SYNC = b"S\x00\x00\x00\x04"
+
+
+def _ends_round_trip(chunk: bytes) -> bool:
+    """Whether a client→server chunk ends a round trip: its last message is Sync, or it is
+    one whole simple Query."""
+    if chunk.endswith(_SYNC):
+        return True
+    return chunk[:1] == b"Q" and int.from_bytes(chunk[1:5], "big") + 1 == len(chunk)
+
+
 class SilentProxy:
     def __init__(self, database_url: str):
         self._params = parse_database_url(database_url)
@@ -58,8 +70,9 @@ class SilentProxy:
         """Fall silent when a client→server chunk contains ``marker``.
 
         ``forward`` = 0: that chunk is dropped, and everything after it both ways (the server
-        never sees the statement). ``forward`` = n: that chunk and the n - 1 client chunks
-        after it are still forwarded, and the silence starts right after the last of them
+        never sees the statement). ``forward`` = n: that chunk's round trip and the n - 1
+        client round trips after it are still forwarded (a round trip is the chunks up to one
+        that ends with Sync: a message over pg8000's 8 KB buffer comes in two), and the silence starts right after the last of them
         (the server runs it, its answer is dropped), or with ``answer`` at the next client
         chunk (the client hears the answer; what it sends next is dropped). pg8000 prepares a
         statement in one round trip (Parse, the text) and runs it in the next (Bind/Execute),
@@ -115,6 +128,10 @@ class SilentProxy:
             if self._forwarded >= self._forward:  # forward=0, or answered: drop from here
                 self.silent.set()
                 return False
+            if not _ends_round_trip(data):
+                # pg8000 writes through an 8 KB buffer: a longer Parse or Bind comes in more
+                # than one chunk, and only the one that ends the round trip counts.
+                return True
             self._forwarded += 1
             if self._forwarded == self._forward and not self._answer:
                 # Set before the chunk goes out, so that no byte of the answer gets back.
