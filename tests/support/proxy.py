@@ -20,7 +20,6 @@ from urllib.parse import urlencode, urlsplit
 
 from pgdrain.db import parse_database_url
 
-
 # The frontend's Sync message: pg8000 ends each round trip of the extended protocol with it.
 _SYNC = b"S\x00\x00\x00\x04"
 
@@ -72,7 +71,8 @@ class SilentProxy:
         ``forward`` = 0: that chunk is dropped, and everything after it both ways (the server
         never sees the statement). ``forward`` = n: that chunk's round trip and the n - 1
         client round trips after it are still forwarded (a round trip is the chunks up to one
-        that ends with Sync: a message over pg8000's 8 KB buffer comes in two), and the silence starts right after the last of them
+        that ends with Sync: a message over pg8000's 8 KB buffer comes in two), and the
+        silence starts right after the last of them
         (the server runs it, its answer is dropped), or with ``answer`` at the next client
         chunk (the client hears the answer; what it sends next is dropped). pg8000 prepares a
         statement in one round trip (Parse, the text) and runs it in the next (Bind/Execute),
