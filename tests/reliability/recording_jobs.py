@@ -13,7 +13,7 @@ import random
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import pgdrain
 from pgdrain.db import connect
@@ -44,19 +44,21 @@ def _db():
 
 @contextmanager
 def _unbroken():
-    """The record's own statement whole: a time limit (SIGALRM, on the drain's thread) that
-    fell inside it left this connection mid-reply, and every later record of the process
-    read the wrong answer (TypeError: 'NoneType' object is not subscriptable) and failed
-    jobs that had not run. Held back until the statement is done, the limit stops the
-    handler right after it."""
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    """A record's statement that did not finish (the drain's time limit, SIGALRM, stopped the
+    handler inside it) leaves this connection mid-reply: every later record of the process
+    read the wrong answer (TypeError: 'NoneType' object is not subscriptable) and failed jobs
+    that had not run. Such a connection is dropped, and the next record opens another. The
+    interrupted record itself is as the limit left it, as for any handler: a start not
+    written, or an end not written (the drain's HandlerTimeout entry says where it stopped)."""
     try:
         yield
-    finally:
-        if main:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+    except BaseException:
+        conn = getattr(_local, "conn", None)
+        _local.conn = None
+        if conn is not None:
+            with suppress(Exception):
+                conn._usock.close()
+        raise
 
 
 def _started(job: pgdrain.Job) -> int:
