@@ -40,6 +40,17 @@ WHERE jobs.job_type = t.job_type
 ORDER BY jobs.priority, jobs.run_at, jobs.id
 LIMIT 1000
 
+-- fragment: job_claim_due
+-- The CTE that claims the ids a claim's `due` CTE locked (job_claim_set), returning each
+-- (job_claim_returning). The ids as an array: joined to the CTE, a generic plan guessed many
+-- rows and read the whole table in a hash join.
+claimed AS (
+    UPDATE jobs AS j
+    SET {{job_claim_set(j)}}
+    WHERE j.id = ANY (ARRAY(SELECT id FROM due))
+    RETURNING {{job_claim_returning(j)}}
+)
+
 -- fragment: job_claim_returning(j)
 -- What every claim returns of each job it claimed (models.Job). The payload comes back as
 -- text, decoded job by job: a row inserted by plain SQL that the driver cannot decode (a
@@ -619,14 +630,7 @@ WITH due AS MATERIALIZED (
     ORDER BY priority, run_at, id
     LIMIT :batch_size::int
     FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE jobs AS j
-    SET {{job_claim_set(j)}}
-    -- The ids as an array: joined to the CTE, a generic plan guessed many rows and read the
-    -- whole table in a hash join.
-    WHERE j.id = ANY (ARRAY(SELECT id FROM due))
-    RETURNING {{job_claim_returning(j)}}
-)
+), {{job_claim_due}}
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_batch_by_queue
@@ -660,12 +664,7 @@ WITH RECURSIVE
         LIMIT :batch_size::int) AS d
     ORDER BY d.priority, d.run_at, d.id
     LIMIT :batch_size::int
-), claimed AS (
-    UPDATE jobs AS j
-    SET {{job_claim_set(j)}}
-    WHERE j.id = ANY (ARRAY(SELECT id FROM due))
-    RETURNING {{job_claim_returning(j)}}
-)
+), {{job_claim_due}}
 SELECT * FROM claimed ORDER BY priority, run_at, id
 
 -- name: job_claim_candidates
@@ -926,12 +925,7 @@ WITH RECURSIVE after_cursor AS (
     ORDER BY c.turn, c.priority, c.run_at, c.id
     LIMIT :batch_size::int
     FOR UPDATE OF j SKIP LOCKED
-), claimed AS (
-    UPDATE jobs AS j
-    SET {{job_claim_set(j)}}
-    WHERE j.id = ANY (ARRAY(SELECT id FROM due))
-    RETURNING {{job_claim_returning(j)}}
-)
+), {{job_claim_due}}
 SELECT c.*,
        (SELECT g.tenant FROM groups AS g
         WHERE g.tenant IN (SELECT tenant FROM claimed)
