@@ -158,7 +158,12 @@ def test_in_real_time_a_drain_waits_for_the_window_and_keeps_the_rate(database_u
         pgdrain.enqueue(conn, "ping", queue="partner")
     pgdrain.set_queue(conn, "partner", rate="4/s")
     summary = run_drain(database_url, registry, 20.0, concurrency=concurrency)
-    assert (summary.claimed, summary.done, summary.stopped) == (12, 12, "empty")
+    assert (summary.done, summary.stopped) == (12, "empty")
+    # A job that could not start within its window's slack (flow.start_slack: 50 ms at 4/s,
+    # missed on a loaded machine) is handed back uncharged and claimed again: so every claim
+    # is a start or a hand-back, and hand-backs stay rare.
+    assert summary.claimed == summary.done + summary.released
+    assert summary.released <= 4, summary
     starts.sort()
     gaps = [starts[i + 4] - starts[i] for i in range(len(starts) - 4)]
     # Starts, not only claims, keep the rate: no fifth start within the second.
