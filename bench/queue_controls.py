@@ -9,10 +9,12 @@ of a small tenant's job behind a flood of 100,000 from another: how many claims 
 before it is claimed, and the first fair claim's time.
 
     .venv/bin/python bench/queue_controls.py [--jobs 20000] [--paused 10000 100000] [--rounds 3]
-                                             [--prepared] [--only SUBSTRING]
+                                             [--unprepared] [--only SUBSTRING]
 
 On a scratch database (the embedded PostgreSQL, or DATABASE_URL's server). Prints the median
-of the rounds per case.
+of the rounds per case. Claims and completions go through prepared statements, as on a drain's
+connection by default; --unprepared runs them as unnamed statements, as pgdrain.claim on an
+application's connection.
 """
 
 from __future__ import annotations
@@ -114,10 +116,10 @@ def main() -> None:
     parser.add_argument("--paused", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--flood", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--prepared", action="store_true",
-                        help="claim and complete through prepared statements, as a drain's "
-                        "connection does (default: unnamed statements, as pgdrain.claim on "
-                        "an application's connection)")
+    parser.add_argument("--unprepared", action="store_true",
+                        help="claim and complete through unnamed statements, as pgdrain.claim "
+                        "on an application's connection (default: prepared statements, as a "
+                        "drain's connection at PGDRAIN_PREPARED_STATEMENTS' default)")
     parser.add_argument("--only", help="run only the cases whose name holds this (and the "
                         "flood's wait if it is part of 'flood')")
     args = parser.parse_args()
@@ -146,7 +148,7 @@ def main() -> None:
             rates: dict[str, list[float]] = {name: [] for name in cases}
             for _ in range(args.rounds):  # interleaved: the machine's noise hits every case
                 for name, case in cases.items():
-                    via = Session(conn, prepare=True) if args.prepared else conn
+                    via = conn if args.unprepared else Session(conn, prepare=True)
                     rates[name].append(one_round(conn, args.jobs, case, via))
             waits = [] if args.only and args.only not in "flood" else [
                 small_tenant_wait(conn, args.flood) for _ in range(args.rounds)]
