@@ -17,8 +17,9 @@ only=("$@")
 base=$(mktemp -d /tmp/pgdrain-ab.XXXXXX)
 trap 'git -C "$here" worktree remove --force "$base" >/dev/null 2>&1 || true' EXIT
 git -C "$here" worktree add --detach -f "$base" "$revision" >/dev/null
-# A tree from before --only runs this checkout's benchmark driver (its own worker.py stays).
-grep -q -- '"--only"' "$base/bench/throughput.py" || cp "$here/bench/throughput.py" "$base/bench/"
+# Both trees run this checkout's benchmark driver (same configurations, same per-job cost
+# columns); each tree's own worker.py, migrations and library stay.
+cp "$here/bench/throughput.py" "$base/bench/"
 for round in $(seq "$rounds"); do
   for tree in "$base" "$here"; do
     label=$([ "$tree" = "$here" ] && echo "this checkout" || echo "$revision")

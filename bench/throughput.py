@@ -6,17 +6,24 @@ Each round runs every configuration once, in a rotated order (interleaved, so a 
 hits each configuration alike), on the same database: the embedded PostgreSQL, or
 DATABASE_URL's server (a scratch database is created there and dropped). Workers import and
 connect before the clock starts; the time is from "go" until the last worker has drained the
-queue. Prints a Markdown table of medians and each configuration's ratio to the seed's worker.
+queue. Prints a Markdown table of medians and each configuration's ratio to the seed's worker,
+then what each job cost (medians per job): WAL written while draining (the server's
+pg_current_wal_lsn before and after; the fill is plain SQL and not counted), the table and
+its indexes after the drain (pg_total_relation_size, before any vacuum of ours), the workers'
+CPU (user + system of the worker processes) and, when the server runs on this machine, its
+CPU (user + system of every postgres process, from /proc).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +88,43 @@ def fill(conn, mode: str, jobs: int, url: str = "") -> None:
     conn.run(f"TRUNCATE {table}")
     conn.run(f"INSERT INTO {table} (job_type) SELECT 'noop' FROM generate_series(1, {jobs})")
     conn.run(f"VACUUM ANALYZE {table}")
+
+
+@dataclass
+class Cost:
+    """What one round's drain cost, per job."""
+    wal_bytes: float
+    size_bytes: float
+    worker_us: float
+    server_us: float | None
+
+
+TABLES = {"seed": "seed_jobs", "pgqueuer": "pgqueuer", "procrastinate": "procrastinate_jobs"}
+
+
+def server_cpu_seconds() -> float | None:
+    """User + system CPU of every postgres process on this machine (the server's backends,
+    its autovacuum and background writers), or None if there is none to read. A backend that
+    exited was reaped by the postmaster: its CPU is in the postmaster's children's times."""
+    tick, total, seen = os.sysconf("SC_CLK_TCK"), 0, False
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)
+                if not fields[0].split("(", 1)[1].startswith("postgres"):
+                    continue
+                values = fields[1].split()
+        except (OSError, IndexError):
+            continue
+        seen = True
+        total += sum(int(v) for v in values[11:15])  # utime, stime, cutime, cstime
+    return total / tick if seen else None
+
+
+def wal_lsn(conn) -> int:
+    return int(conn.run("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")[0][0])
 
 
 def run_once(url: str, mode: str, processes: int, batch: int | None,
@@ -150,11 +194,24 @@ def run(conn, url: str, args: argparse.Namespace) -> None:
     for peer in {c[1] for c in configs} & set(PEERS):
         subprocess.run([PEERS_PYTHON, PEER_WORKER, "install", peer, url], check=True)
     rates: dict[str, list[float]] = {label: [] for label, *_ in configs}
+    costs: dict[str, list[Cost]] = {label: [] for label, *_ in configs}
     for round_no in range(args.rounds):
         order = configs[round_no % len(configs):] + configs[:round_no % len(configs)]
         for label, mode, processes, batch, extra in order:
             fill(conn, mode, args.jobs, url)
+            wal, server = wal_lsn(conn), server_cpu_seconds()
+            workers = resource.getrusage(resource.RUSAGE_CHILDREN)
             seconds = run_once(url, mode, processes, batch, extra)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            server_after = server_cpu_seconds()
+            costs[label].append(Cost(
+                wal_bytes=(wal_lsn(conn) - wal) / args.jobs,
+                size_bytes=conn.run("SELECT pg_total_relation_size(:t)",
+                                    t=TABLES.get(mode, "jobs"))[0][0] / args.jobs,
+                worker_us=(after.ru_utime + after.ru_stime - workers.ru_utime
+                           - workers.ru_stime) * 1e6 / args.jobs,
+                server_us=None if server is None or server_after is None
+                else (server_after - server) * 1e6 / args.jobs))
             if mode in PEERS:
                 left = conn.run(PEER_LEFT[mode])[0][0]
             elif mode == "seed":
@@ -184,6 +241,19 @@ def run(conn, url: str, args: argparse.Namespace) -> None:
         vs_seed = f"{median / seed:.1f}x" if seed and mode != "seed" else "-"
         vs_bare = f"{median / bare:.0%}" if bare and mode == "drain" else "-"
         print(f"| {label} | {median:,.0f} | {runs} | {vs_seed} | {vs_bare} |")
+    print("\nPer job, medians: WAL written while draining; table + indexes after the drain; "
+          "worker CPU; server CPU (postgres processes on this machine).\n")
+    print("| configuration | WAL bytes | size bytes | worker CPU µs | server CPU µs |")
+    print("|---|---:|---:|---:|---:|")
+    for label, *_ in configs:
+        figures = [_median(costs[label], field) for field in
+                   ("wal_bytes", "size_bytes", "worker_us", "server_us")]
+        print(f"| {label}, per job | {' | '.join(figures)} |")
+
+
+def _median(costs: list[Cost], field: str) -> str:
+    values = [getattr(c, field) for c in costs if getattr(c, field) is not None]
+    return f"{statistics.median(values):,.0f}" if values else "-"
 
 
 if __name__ == "__main__":

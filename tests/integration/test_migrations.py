@@ -49,8 +49,16 @@ def test_status_check_rejects_unknown_words(sql):
 def test_indexes_exist(sql):
     indexes = {r["indexname"] for r in sql("SELECT indexname FROM pg_indexes "
                                            "WHERE tablename = 'jobs'")}
-    assert {"jobs_pending_idx", "jobs_running_lease_idx", "jobs_done_finished_idx",
+    assert {"jobs_pending_idx", "jobs_running_idx", "jobs_done_finished_idx",
             "jobs_dedupe_key_live_idx", "jobs_alone_idx"} <= indexes
+    # One index for the running jobs serves the janitor and the caps (0021).
+    assert not {"jobs_running_lease_idx", "jobs_running_queue_idx"} & indexes
+
+
+def test_the_jobs_table_leaves_room_on_each_page_for_its_rows_updates(sql):
+    """A claim and a finish rewrite the row on its own page (0021_lighter_writes)."""
+    options = sql("SELECT reloptions FROM pg_class WHERE relname = 'jobs'")[0]["reloptions"]
+    assert "fillfactor=70" in options
 
 
 def test_a_database_at_an_earlier_version_gets_only_the_later_migrations(empty_database_url):

@@ -1,0 +1,305 @@
+"""Sustained load: producers and drains together, for long enough that bloat, autovacuum and
+index churn show (the seed's named limit: "at sustained thousands of jobs per second, vacuum
+pressure on the jobs table becomes its own operational problem").
+
+    .venv/bin/python bench/sustained.py --rate 5000 --minutes 30 [--producers 2] [--batch 20]
+        [--drains 4] [--retention-seconds N] [--sample-seconds 10] [--csv FILE]
+
+On a scratch database (the embedded PostgreSQL, or DATABASE_URL's server; created and
+dropped). ``--producers`` processes enqueue no-op jobs through the library
+(``pgdrain.enqueue_many``, ``--batch`` jobs per transaction; 1 for single enqueues) at
+``--rate`` jobs/s in all, on a fixed schedule. ``--drains`` processes call the drain
+function's real ``lambda_handler`` in a loop at its defaults (the janitor, its purge with
+``PGDRAIN_RETENTION_SECONDS`` as shipped unless ``--retention-seconds``, its vacuum), pausing
+20 ms when a call claimed nothing. Every job records when it waited (bench/sustained_jobs.py).
+
+Every ``--sample-seconds`` the main process records the server's side: the table's heap and
+index sizes, live and dead tuples, vacuums (auto and the drain's own), WAL written and, when
+the server runs on this machine, its CPU. At the end it prints, per sample: jobs/s in and out,
+enqueue -> start and enqueue -> claim p50/p99, and those figures; then the verdict: whether the
+drains kept up (out within 2 % of in, backlog at the end under 2 s of the rate), whether
+latency stayed flat (p99 of the last 10 minutes within 1.5x of the first 10; thirds of the run
+when it is shorter than 30 minutes) and whether the size plateaued (the last third grew the
+table and its indexes by under 5 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "layers" / "pgdrain"), str(ROOT / "functions" / "drain"), str(ROOT)]
+
+from bench.sustained_jobs import BUCKET_SECONDS, from_bin  # noqa: E402
+from bench.throughput import server_cpu_seconds, wal_lsn  # noqa: E402
+
+IDLE_PAUSE = 0.02
+
+
+# --- the processes ------------------------------------------------------------------------
+
+
+def produce(url: str, rate: float, batch: int, end: float, out: str) -> None:
+    """Enqueue ``batch`` jobs a transaction at ``rate`` jobs/s until ``end``; write how many
+    went in per bucket, and how far behind the schedule it fell at worst."""
+    import pgdrain
+    from pgdrain.db import connect
+
+    conn = connect(url)
+    interval, due = batch / rate, time.time()
+    enqueued, worst_lag = Counter(), 0.0
+    jobs = [{"job_type": "timed"} for _ in range(batch)]
+    while due < end:
+        pause = due - time.time()
+        if pause > 0:
+            time.sleep(pause)
+        else:
+            worst_lag = max(worst_lag, -pause)
+        conn.run("BEGIN")
+        pgdrain.enqueue_many(conn, jobs)
+        conn.run("COMMIT")
+        enqueued[int(time.time() // BUCKET_SECONDS)] += batch
+        due += interval
+    conn.close()
+    Path(out).write_text(json.dumps({"enqueued": enqueued, "worst_lag": worst_lag}))
+
+
+def drain(end: float, out: str) -> None:
+    """Call the drain function until ``end``; write the jobs' waits per bucket."""
+    import app
+
+    from bench import sustained_jobs
+    from pgdrain_dev.context import LambdaContext
+
+    calls = idle = 0
+    while time.time() < end:
+        summary = app.lambda_handler({}, LambdaContext("sustained", 60))
+        calls += 1
+        if not summary["claimed"]:
+            idle += 1
+            time.sleep(IDLE_PAUSE)
+    Path(out).write_text(json.dumps({"start": sustained_jobs.start_waits,
+                                     "claim": sustained_jobs.claim_waits,
+                                     "calls": calls, "idle": idle}))
+
+
+# --- the samples --------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    at: float
+    heap_mb: float
+    indexes_mb: float
+    live: int
+    dead: int
+    vacuums: int
+    wal_mb: float
+    server_cpu_s: float | None
+    backlog: int
+
+
+def sample(conn) -> Sample:
+    row = conn.run("""
+        SELECT pg_relation_size('jobs'), pg_indexes_size('jobs'), n_live_tup, n_dead_tup,
+               autovacuum_count + vacuum_count,
+               (SELECT count(*) FROM jobs WHERE status IN ('pending', 'running'))
+        FROM pg_stat_user_tables WHERE relname = 'jobs'""")[0]
+    return Sample(at=time.time(), heap_mb=row[0] / 2**20, indexes_mb=row[1] / 2**20,
+                  live=row[2], dead=row[3], vacuums=row[4], wal_mb=wal_lsn(conn) / 2**20,
+                  server_cpu_s=server_cpu_seconds(), backlog=row[5])
+
+
+def percentile(histogram: Counter, share: float) -> float | None:
+    total = sum(histogram.values())
+    if not total:
+        return None
+    seen = 0
+    for index in sorted(histogram):
+        seen += histogram[index]
+        if seen >= share * total:
+            return from_bin(index)
+    return None
+
+
+def merged(reports: list[dict], key: str) -> dict[int, Counter]:
+    out: dict[int, Counter] = {}
+    for report in reports:
+        for bucket, bins in report[key].items():
+            out.setdefault(int(bucket), Counter()).update({int(b): n for b, n in bins.items()})
+    return out
+
+
+def window(histograms: dict[int, Counter], first: int, last: int) -> Counter:
+    total: Counter = Counter()
+    for bucket in range(first, last + 1):
+        total.update(histograms.get(bucket, Counter()))
+    return total
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, required=True, help="jobs/s offered, in all")
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=20, help="jobs per enqueue transaction")
+    parser.add_argument("--drains", type=int, default=4)
+    parser.add_argument("--retention-seconds", type=int,
+                        help="PGDRAIN_RETENTION_SECONDS for the drains (default: as shipped)")
+    parser.add_argument("--sample-seconds", type=float, default=10)
+    parser.add_argument("--csv", help="write the samples here too")
+    parser.add_argument("--role", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--end", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "produce":
+        return produce(args.url, args.rate, args.batch, args.end, args.out)
+    if args.role == "drain":
+        return drain(args.end, args.out)
+
+    from pgdrain.db import connect
+    from pgdrain.migrate import migrate
+    from pgdrain_dev.embedded import scratch_database
+
+    with scratch_database("sustained") as url, tempfile.TemporaryDirectory() as scratch:
+        conn = connect(url)
+        migrate(conn)
+        version = conn.run("SHOW server_version")[0][0]
+        run(conn, url, args, Path(scratch), version)
+        conn.close()
+
+
+def run(conn, url: str, args: argparse.Namespace, scratch: Path, version: str) -> None:
+    start = time.time() + 3  # every process imports and connects first
+    end = start + args.minutes * 60
+    env = {**os.environ, "DATABASE_URL": url, "PGDRAIN_JOBS": "bench.sustained_jobs",
+           "POWERTOOLS_LOG_LEVEL": "WARNING", "PYTHONPATH": os.pathsep.join(sys.path[:3])}
+    if args.retention_seconds is not None:
+        env["PGDRAIN_RETENTION_SECONDS"] = str(args.retention_seconds)
+    me = [sys.executable, str(Path(__file__).resolve())]
+    processes = []
+    for i in range(args.producers):
+        processes.append(subprocess.Popen(
+            [*me, "--role", "produce", "--url", url, "--rate", str(args.rate / args.producers),
+             "--batch", str(args.batch), "--end", str(end), "--out", str(scratch / f"p{i}")],
+            env=env, stdout=subprocess.DEVNULL))
+    for i in range(args.drains):
+        processes.append(subprocess.Popen(
+            [*me, "--role", "drain", "--rate", "0", "--end", str(end),
+             "--out", str(scratch / f"d{i}")], env=env, stdout=subprocess.DEVNULL))
+    time.sleep(max(0.0, start - time.time()))
+    samples = [sample(conn)]
+    while time.time() < end:
+        time.sleep(max(0.0, min(args.sample_seconds, end - time.time())))
+        samples.append(sample(conn))
+    for process in processes:
+        if process.wait() != 0:
+            for other in processes:
+                other.kill()
+            raise SystemExit(f"a benchmark process failed (exit {process.returncode})")
+    produced = [json.loads((scratch / f"p{i}").read_text()) for i in range(args.producers)]
+    drained = [json.loads((scratch / f"d{i}").read_text()) for i in range(args.drains)]
+    report(args, version, samples, produced, drained)
+
+
+def report(args, version: str, samples: list[Sample], produced: list[dict],
+           drained: list[dict]) -> None:
+    enqueued: Counter = Counter()
+    for p in produced:
+        enqueued.update({int(b): n for b, n in p["enqueued"].items()})
+    starts, claims = merged(drained, "start"), merged(drained, "claim")
+    started = {b: sum(h.values()) for b, h in starts.items()}
+    rows = []
+    for before, after in pairwise(samples):
+        first, last = int(before.at // BUCKET_SECONDS), int(after.at // BUCKET_SECONDS) - 1
+        seconds = after.at - before.at
+        waits, claim_waits = window(starts, first, last), window(claims, first, last)
+        cpu = (None if after.server_cpu_s is None or before.server_cpu_s is None
+               else after.server_cpu_s - before.server_cpu_s)
+        done = sum(started.get(b, 0) for b in range(first, last + 1))
+        rows.append({
+            "minute": round((after.at - samples[0].at) / 60, 2),
+            "in_per_s": round(sum(enqueued.get(b, 0) for b in range(first, last + 1))
+                              / seconds),
+            "out_per_s": round(done / seconds),
+            "start_p50_ms": percentile(waits, 0.5), "start_p99_ms": percentile(waits, 0.99),
+            "claim_p99_ms": percentile(claim_waits, 0.99),
+            "heap_mb": round(after.heap_mb, 1), "indexes_mb": round(after.indexes_mb, 1),
+            "live": after.live, "dead": after.dead, "vacuums": after.vacuums,
+            "backlog": after.backlog,
+            "wal_bytes_per_job": round((after.wal_mb - before.wal_mb) * 2**20 / done)
+            if done else None,
+            "server_cpu_us_per_job": round(cpu * 1e6 / done) if cpu is not None and done
+            else None})
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    columns = list(rows[0])
+    print(f"\n{args.rate:,.0f} jobs/s offered for {args.minutes:g} min, {args.producers} "
+          f"producers (batches of {args.batch}), {args.drains} drains, PostgreSQL {version}, "
+          f"{os.cpu_count()} CPUs\n")
+    print("| " + " | ".join(columns) + " |\n|" + "---:|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join("-" if row[c] is None else f"{row[c]:,}" if isinstance(
+            row[c], int) else f"{row[c]:,.1f}" for c in columns) + " |")
+    verdict(args, samples, rows, enqueued, starts, produced, drained)
+
+
+def verdict(args, samples, rows, enqueued, starts, produced, drained) -> None:
+    total_in, total_out = sum(enqueued.values()), sum(sum(h.values()) for h in starts.values())
+    span = 10 if args.minutes >= 30 else args.minutes / 3
+    buckets = sorted(starts)
+    per_span = max(1, int(span * 60 // BUCKET_SECONDS))
+    first = window(starts, buckets[0], buckets[0] + per_span - 1) if buckets else Counter()
+    last = window(starts, buckets[-1] - per_span + 1, buckets[-1]) if buckets else Counter()
+    p99_first, p99_last = percentile(first, 0.99), percentile(last, 0.99)
+    third = samples[len(samples) * 2 // 3]
+    size_then = third.heap_mb + third.indexes_mb
+    size_end = samples[-1].heap_mb + samples[-1].indexes_mb
+    growth = (size_end - size_then) / size_then if size_then else 0.0
+    kept_up = total_out >= 0.98 * total_in and samples[-1].backlog < 2 * args.rate
+    flat = p99_first is not None and p99_last is not None and p99_last <= 1.5 * p99_first
+    wal = (samples[-1].wal_mb - samples[0].wal_mb) * 2**20 / total_out if total_out else 0.0
+    out_rates = [r["out_per_s"] for r in rows]
+    print(f"\nin {total_in:,} jobs, out {total_out:,}; backlog at the end "
+          f"{samples[-1].backlog:,}; producers fell behind their schedule by at most "
+          f"{max(p['worst_lag'] for p in produced):.2f} s; drain calls "
+          f"{sum(d['calls'] for d in drained):,} ({sum(d['idle'] for d in drained):,} idle)")
+    print(f"out jobs/s median {statistics.median(out_rates):,.0f}; enqueue -> start p99 first "
+          f"{span:.3g} min {_ms(p99_first)}, last {span:.3g} min {_ms(p99_last)}; WAL {wal:,.0f} "
+          f"bytes a job; table + indexes {size_then:,.1f} MB at two thirds, {size_end:,.1f} MB "
+          f"at the end ({growth:+.1%})")
+    print(f"kept up: {'yes' if kept_up else 'NO'}; latency flat: {'yes' if flat else 'NO'}; "
+          f"size plateaued: {'yes' if growth < 0.05 else 'NO'}")
+    print(json.dumps({"summary": {"rate": args.rate, "minutes": args.minutes,
+                                  "kept_up": kept_up, "flat": flat,
+                                  "plateau": growth < 0.05, "p99_first_ms": p99_first,
+                                  "p99_last_ms": p99_last, "wal_bytes_per_job": round(wal),
+                                  "size_end_mb": round(size_end, 1),
+                                  "samples": [asdict(s) for s in samples[-1:]]}}))
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} ms"
+
+
+if __name__ == "__main__":
+    main()
