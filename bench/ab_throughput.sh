@@ -17,9 +17,10 @@ only=("$@")
 base=$(mktemp -d /tmp/pgdrain-ab.XXXXXX)
 trap 'git -C "$here" worktree remove --force "$base" >/dev/null 2>&1 || true' EXIT
 git -C "$here" worktree add --detach -f "$base" "$revision" >/dev/null
-# Both trees run this checkout's benchmark driver (same configurations, same per-job cost
-# columns); each tree's own worker.py, migrations and library stay.
-cp "$here/bench/throughput.py" "$base/bench/"
+# Both trees run this checkout's benchmark driver and worker (same configurations, same
+# per-job cost columns, the worker's CPU reported alike); each tree's own drain function,
+# migrations and library stay.
+cp "$here/bench/throughput.py" "$here/bench/worker.py" "$base/bench/"
 for round in $(seq "$rounds"); do
   for tree in "$base" "$here"; do
     label=$([ "$tree" = "$here" ] && echo "this checkout" || echo "$revision")

@@ -10,7 +10,8 @@ queue. Prints a Markdown table of medians and each configuration's ratio to the 
 then what each job cost (medians per job): WAL written while draining (the server's
 pg_current_wal_lsn before and after; the fill is plain SQL and not counted), the table and
 its indexes after the drain (pg_total_relation_size, before any vacuum of ours), the workers'
-CPU (user + system of the worker processes) and, when the server runs on this machine, its
+CPU while they drained (user + system, as each worker reports it: imports and connecting are
+left out) and, when the server runs on this machine, its
 CPU (user + system of every postgres process, from /proc).
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -55,6 +55,8 @@ CONFIGS = [
     ("drain function, 1 process, defaults", "drain", 1, None, {}),
     ("drain function, 4 processes, defaults", "drain", 4, None, {}),
     ("drain function, 4 processes, defaults, logs off", "drain", 4, None, QUIET),
+    ("drain function, 4 processes, done rows not kept (retention 0)", "drain", 4, None,
+     {"PGDRAIN_RETENTION_SECONDS": "0"}),
     ("drain function, 4 processes, concurrency 1", "drain", 4, None,
      {"PGDRAIN_CONCURRENCY": "1"}),
     ("drain function, 4 processes, concurrency 50", "drain", 4, None,
@@ -95,7 +97,7 @@ class Cost:
     """What one round's drain cost, per job."""
     wal_bytes: float
     size_bytes: float
-    worker_us: float
+    worker_us: float | None
     server_us: float | None
 
 
@@ -128,10 +130,12 @@ def wal_lsn(conn) -> int:
 
 
 def run_once(url: str, mode: str, processes: int, batch: int | None,
-             extra: dict[str, str]) -> float:
-    env = {**os.environ, **extra, "DATABASE_URL": url, "PGDRAIN_JOBS": "bench.jobs",
+             extra: dict[str, str]) -> tuple[float, float | None]:
+    # Done rows kept a day (the janitor purges nothing during a round) unless a configuration
+    # says otherwise.
+    env = {**os.environ, "DATABASE_URL": url, "PGDRAIN_JOBS": "bench.jobs",
            "BATCH": str(batch or 1), "PGDRAIN_MAX_JOBS": "100000",
-           "PGDRAIN_RETENTION_SECONDS": "86400"}
+           "PGDRAIN_RETENTION_SECONDS": "86400", **extra}
     if batch is not None:
         env["PGDRAIN_BATCH_SIZE"] = str(batch)
     # The functions' logs go to /dev/null, as in Lambda they leave the process for the platform:
@@ -149,9 +153,14 @@ def run_once(url: str, mode: str, processes: int, batch: int | None,
     for worker in workers:
         worker.stdin.write("go\n")
         worker.stdin.flush()
+    cpu: float | None = 0.0
     for worker in workers:
         for line in worker.stderr:
-            if line.strip() == "DONE":
+            done, *spent = line.split()
+            if done == "DONE":
+                # Workers that report it: the run's own CPU (bench/worker.py); peers' workers
+                # do not, and their CPU is left out rather than counted with their imports.
+                cpu = cpu + float(spent[0]) if spent and cpu is not None else None
                 break
     elapsed = time.perf_counter() - started
     for worker in workers:
@@ -160,7 +169,7 @@ def run_once(url: str, mode: str, processes: int, batch: int | None,
         if worker.wait() != 0:
             raise SystemExit(f"a {mode} worker failed")
         worker.stderr.close()
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -200,16 +209,13 @@ def run(conn, url: str, args: argparse.Namespace) -> None:
         for label, mode, processes, batch, extra in order:
             fill(conn, mode, args.jobs, url)
             wal, server = wal_lsn(conn), server_cpu_seconds()
-            workers = resource.getrusage(resource.RUSAGE_CHILDREN)
-            seconds = run_once(url, mode, processes, batch, extra)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            seconds, worker_cpu = run_once(url, mode, processes, batch, extra)
             server_after = server_cpu_seconds()
             costs[label].append(Cost(
                 wal_bytes=(wal_lsn(conn) - wal) / args.jobs,
                 size_bytes=conn.run("SELECT pg_total_relation_size(:t)",
                                     t=TABLES.get(mode, "jobs"))[0][0] / args.jobs,
-                worker_us=(after.ru_utime + after.ru_stime - workers.ru_utime
-                           - workers.ru_stime) * 1e6 / args.jobs,
+                worker_us=None if worker_cpu is None else worker_cpu * 1e6 / args.jobs,
                 server_us=None if server is None or server_after is None
                 else (server_after - server) * 1e6 / args.jobs))
             if mode in PEERS:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 import pgdrain
+from pgdrain.models import Finish
 from pgdrain.policy import Backoff
 
 NO_JITTER = Backoff(base_seconds=2, cap_seconds=3600, jitter=0)
@@ -121,3 +123,26 @@ def test_a_forged_lease_token_is_one_array_element_and_changes_nothing(conn, sql
         pgdrain.complete(conn, [forged])
     assert sql("SELECT status FROM jobs")[0]["status"] == "running"
     assert pgdrain.complete(conn, [job]).ids == (job.id,)
+
+
+
+def test_a_done_job_forgotten_leaves_no_row_but_one_holding_a_dedupe_key_stays_done(conn, sql):
+    """Done rows not kept (PGDRAIN_RETENTION_SECONDS=0): the finish deletes the row, guarded
+    by the claim as a finish is; a job holding a dedupe key stays done, as a unique window
+    counts done rows, for the janitor's purge."""
+    pgdrain.enqueue_many(conn, [{"job_type": "a"}, {"job_type": "b", "dedupe_key": "b-1"},
+                                {"job_type": "c"}])
+    claimed = {j.job_type: j for j in pgdrain.claim(conn, batch_size=3, lease_seconds=60)}
+    a, b, c = claimed["a"], claimed["b"], claimed["c"]
+    written = pgdrain.store.finish_many(conn, [Finish.done(j, forget=True) for j in (a, b)])
+    assert sorted(written.ids) == sorted([a.id, b.id]) and written.stale == ()
+    assert sql("SELECT id, status, dedupe_key, finished_at IS NOT NULL AS finished, "
+               "lease_token::text AS token FROM jobs ORDER BY job_type") == [
+        {"id": b.id, "status": "done", "dedupe_key": "b-1", "finished": True, "token": None},
+        {"id": c.id, "status": "running", "dedupe_key": None, "finished": False,
+         "token": c.lease_token}]
+    # A second finish of a forgotten job, or one with another claim's token, is stale.
+    assert pgdrain.store.finish_many(conn, [Finish.done(a, forget=True)]).stale == (a.id,)
+    forged = replace(c, lease_token=a.lease_token)
+    assert pgdrain.store.finish_many(conn, [Finish.done(forged, forget=True)]).stale == (c.id,)
+    assert sql("SELECT status FROM jobs WHERE id = :id", id=c.id) == [{"status": "running"}]

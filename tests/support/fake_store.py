@@ -169,6 +169,9 @@ class FakeStore:
         if job is None or job["status"] != "running" or job["lease_token"] != finish.lease_token:
             return False
         outcome = finish.outcome
+        if finish.forget and job.get("dedupe_key") is None:
+            del self.jobs[finish.id]  # job_complete_forget_batch: done rows not kept
+            return True
         job["status"] = {"done": "done", "fail": "failed"}.get(outcome.value, "pending")
         if outcome in (Outcome.SNOOZE, Outcome.RELEASE, Outcome.REFUND):
             job["attempts"] = max(job["attempts"] - 1, 0)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 import pgdrain
-from pgdrain.drain import Count, DrainSummary, Pace, Stop
+from pgdrain.drain import Count, DrainSummary, Pace, Stop, outcomes
 from pgdrain.drain.admission import Verdict, admit
 from pgdrain.drain.budget import MIN_CUT_SHORT_SECONDS, Budget, late
 from pgdrain.drain.planner import claim_size, claims_ahead, rate_wait
@@ -109,3 +109,13 @@ def test_the_summary_counts_typed_and_says_why_it_stopped_in_plain_text():
     counts = summary.as_dict()
     assert [counts[c.value] for c in Count] == [1] * len(Count)
     assert type(counts["stopped"]) is str and counts["stopped"] == "rate_limited"
+
+
+def test_a_done_job_is_forgotten_only_when_done_rows_are_not_kept_and_it_has_nothing_to_keep():
+    """PGDRAIN_RETENTION_SECONDS=0: the finish deletes the row (store: a dedupe key keeps it)."""
+    job = _job("send")
+    assert outcomes.done(job, None, 100, keep_done=False).forget is True
+    assert outcomes.done(job, None, 100).forget is False  # kept: the default retention
+    assert outcomes.done(job, {"sent": 1}, 100, keep_done=False).forget is False  # a result
+    too_big = outcomes.done(job, "x" * 200, 100, keep_done=False)
+    assert too_big.forget is False and too_big.error  # why the result is missing is kept

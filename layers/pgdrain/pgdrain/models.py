@@ -252,10 +252,15 @@ class Finish:
     """A failed attempt's error; with DONE, why the result could not be stored."""
     result: str | None = None
     """With DONE: the handler's return value as JSON text (None: no result)."""
+    forget: bool = False
+    """With DONE and no result: delete the row instead of keeping it done (done rows are not
+    kept: PGDRAIN_RETENTION_SECONDS=0); a job holding a dedupe key is kept all the same."""
 
     @classmethod
-    def done(cls, job: Job, result: str | None = None, error: str | None = None) -> Finish:
-        return cls(job.id, job.lease_token, Outcome.DONE, 0.0, error, result)
+    def done(cls, job: Job, result: str | None = None, error: str | None = None, *,
+             forget: bool = False) -> Finish:
+        return cls(job.id, job.lease_token, Outcome.DONE, 0.0, error, result,
+                   forget and result is None and error is None)
 
     @classmethod
     def retry(cls, job: Job, error: str, delay_seconds: float) -> Finish:

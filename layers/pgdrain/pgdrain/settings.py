@@ -223,7 +223,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("PGDRAIN_QUEUES", names, (), "Comma-separated queues to drain", "drain",
        "(all queues)"),
     _s("PGDRAIN_RETENTION_SECONDS", integer(0), DEFAULT_RETENTION_SECONDS,
-       "Age after which the janitor deletes done jobs", "drain"),
+       "Age after which the janitor deletes done jobs; 0: a drain deletes a done job as it "
+       "finishes (its row is not kept; one with a result or a dedupe key is, until the "
+       "janitor's next purge)", "drain"),
     _s("PGDRAIN_FAILED_RETENTION_SECONDS", integer(0), DEFAULT_FAILED_RETENTION_SECONDS,
        "Age after which the janitor deletes failed and cancelled jobs (30 days: time to "
        "look at them and requeue)", "drain"),

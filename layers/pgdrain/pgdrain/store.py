@@ -189,6 +189,16 @@ def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] 
     ``hooked``: whichever process fails it (pgdrain.hooks)."""
     if not finishes:
         return Written()
+    forgotten = [f for f in finishes if f.forget]
+    if forgotten:  # done rows not kept: those jobs' rows go (see the catalogue)
+        rows = as_session(conn).rows("job_complete_forget_batch",
+                                     ids=[f.id for f in forgotten],
+                                     tokens=[f.lease_token for f in forgotten])
+        gone = _written([f.id for f in forgotten], rows)
+        if len(forgotten) == len(finishes):
+            return gone
+        rest = finish_many(conn, [f for f in finishes if not f.forget], hooked=hooked)
+        return Written(ids=gone.ids + rest.ids, stale=gone.stale + rest.stale)
     if all(f.outcome is Outcome.DONE and f.result is None and f.error is None
            for f in finishes):  # the fast path: see the catalogue
         rows = as_session(conn).rows("job_complete_batch", ids=[f.id for f in finishes],

@@ -57,11 +57,12 @@ def timed_out(seconds: float) -> HandlerTimeout:
     return HandlerTimeout(f"timed out after {seconds:g} s")
 
 
-def done(job: Job, value: Any, result_max_bytes: int) -> Finish:
+def done(job: Job, value: Any, result_max_bytes: int, *, keep_done: bool = True) -> Finish:
     """A handler returned ``value``: the job is done, with it as its result when it can be
-    stored (else with the reason in last_error: the work was done all the same)."""
+    stored (else with the reason in last_error: the work was done all the same). Without
+    ``keep_done`` (done rows are not kept) a job with nothing to keep leaves no row."""
     if value is None:
-        return Finish.done(job)
+        return Finish.done(job, forget=not keep_done)
     result, problem = encode_result(value, result_max_bytes)
     if problem:
         log.warning("job %s (%s): %s", job.id, job.job_type, problem)
@@ -82,8 +83,9 @@ def failed(job: Job, handler: Handler, error: BaseException, backoff: Backoff) -
             Finish.retry(job, message, decision.delay_seconds))
 
 
-def settle(ended: Ended, *, result_max_bytes: int, backoff: Backoff) -> Settled:
-    """The one mapping of an attempt's end."""
+def settle(ended: Ended, *, result_max_bytes: int, backoff: Backoff,
+           keep_done: bool = True) -> Settled:
+    """The one mapping of an attempt's end (``keep_done``: as ``done``)."""
     job, handler, error = ended.job, ended.handler, ended.error
     if ended.result is COMMITTED:
         return Settled(count=Count.DONE)  # its transaction wrote done with its work
@@ -91,7 +93,7 @@ def settle(ended: Ended, *, result_max_bytes: int, backoff: Backoff) -> Settled:
         error = timed_out(ended.timed_out)
         return Settled(failed(job, handler, error, backoff), error=error)
     if error is None:
-        return Settled(done(job, ended.result, result_max_bytes))
+        return Settled(done(job, ended.result, result_max_bytes, keep_done=keep_done))
     if isinstance(error, StaleClaim):
         return Settled(count=Count.STALE)
     # SystemExit or KeyboardInterrupt raised by a handler on a worker thread is that job's

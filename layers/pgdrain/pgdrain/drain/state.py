@@ -60,13 +60,19 @@ class DrainState:
     # --- outcomes ---
 
     def done(self, job: Job, value: Any) -> Finish:
-        return outcomes.done(job, value, self.settings.result_max_bytes)
+        return outcomes.done(job, value, self.settings.result_max_bytes,
+                             keep_done=self._keep_done)
+
+    @property
+    def _keep_done(self) -> bool:
+        """Done rows are kept for the retention; at 0 a finish deletes them."""
+        return self.settings.retention_seconds > 0
 
     def settle(self, ended: Ended) -> None:
         """An attempt ended: its finishing write waits in the completer, or (written by its
         own transaction, or stale) it is counted now."""
         settled = outcomes.settle(ended, result_max_bytes=self.settings.result_max_bytes,
-                                  backoff=self.settings.backoff)
+                                  backoff=self.settings.backoff, keep_done=self._keep_done)
         if settled.finish is not None:
             self.completer.add(settled.finish, ended.job, started=ended.started,
                                duration=ended.duration, error=settled.error)

@@ -82,6 +82,15 @@ AND {{job_queue_plain(j)}}
 AND {{job_type_unlimited(j)}}
 AND {{job_ordering_head(j)}}
 
+-- fragment: job_done_set
+-- What marking a claimed job done writes (job_complete_batch, job_complete_forget_batch).
+status           = 'done',
+finished_at      = now(),
+lease_expires_at = NULL,
+lease_token      = NULL,
+started_at       = NULL,
+updated_at       = now()
+
 -- fragment: job_due(j)
 -- Pending and due, within :queues (NULL: all), not past its expires_at (the janitor ends it:
 -- janitor_expire_batch) and not asked to stop (cancel_requested_at, job_cancel: only plain
@@ -951,17 +960,45 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- docs/benchmarks.md). Each row is guarded by its claim (running, same lease token); the ids
 -- that come back are the ones that changed, any other was a stale write.
 UPDATE jobs AS j
-SET status           = 'done',
-    finished_at      = now(),
-    lease_expires_at = NULL,
-    lease_token      = NULL,
-    started_at       = NULL,
-    updated_at       = now()
+SET {{job_done_set}}
 FROM unnest(:ids::bigint[], :tokens::uuid[]) AS c(id, lease_token)
 WHERE j.id = c.id
   AND j.status = 'running'
   AND j.lease_token = c.lease_token
 RETURNING j.id
+
+-- name: job_complete_forget_batch
+-- Done, with nothing to keep (PGDRAIN_RETENTION_SECONDS=0: done rows are not kept): the rows
+-- are deleted, not rewritten as done and purged later. A delete logs the row's id, where a
+-- finish logs the row's new version and an entry in the primary key and in
+-- jobs_done_finished_idx, and the purge then deletes it all the same (docs/benchmarks.md,
+-- "What a job writes"). A job holding a dedupe key is kept done as job_complete_batch
+-- writes it: a unique window counts done rows (job_enqueue_batch), and the janitor's purge
+-- takes it. Each row is guarded by its claim; the ids that come back are the ones that
+-- changed, any other was a stale write.
+WITH c AS (
+    SELECT * FROM unnest(:ids::bigint[], :tokens::uuid[]) AS c(id, lease_token)
+), forgotten AS (
+    DELETE FROM jobs AS j
+    USING c
+    WHERE j.id = c.id
+      AND j.status = 'running'
+      AND j.lease_token = c.lease_token
+      AND j.dedupe_key IS NULL
+    RETURNING j.id
+), kept AS (
+    UPDATE jobs AS j
+    SET {{job_done_set}}
+    FROM c
+    WHERE j.id = c.id
+      AND j.status = 'running'
+      AND j.lease_token = c.lease_token
+      AND j.dedupe_key IS NOT NULL
+    RETURNING j.id
+)
+SELECT id FROM forgotten
+UNION ALL
+SELECT id FROM kept
 
 -- name: job_control_sync
 -- While jobs run: write the progress their handlers reported (NULL: none since the last sync)

@@ -1,0 +1,68 @@
+"""Done rows not kept (PGDRAIN_RETENTION_SECONDS=0): a drain deletes each done job as it
+finishes it, in the same statement as a finish (and, for a transactional handler, in the
+handler's own transaction), unless the job has something to keep: a result, the reason a
+result is missing, or a dedupe key (a unique window counts done rows). Those stay done until
+the next janitor's purge."""
+
+from __future__ import annotations
+
+import pytest
+
+import pgdrain
+from pgdrain.registry import Registry
+from tests.support.drains import run_drain as run
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_drain_keeping_no_done_rows_deletes_each_job_it_finishes(database_url, conn, sql,
+                                                                 concurrency):
+    sql("CREATE TABLE ledger (job_id bigint PRIMARY KEY)")
+    registry = Registry()
+    pgdrain.job("plain", registry=registry)(lambda job: None)
+    pgdrain.job("answer", registry=registry)(lambda job: {"n": 42})
+
+    def credit(job, tx):
+        tx.run("INSERT INTO ledger VALUES (:id)", id=job.id)
+
+    pgdrain.job("credit", transactional=True, registry=registry)(credit)
+    plain = [pgdrain.enqueue(conn, "plain").id for _ in range(5)]
+    credited = pgdrain.enqueue(conn, "credit").id
+    answer = pgdrain.enqueue(conn, "answer").id
+    keyed = pgdrain.enqueue(conn, "plain", dedupe_key="once").id
+
+    summary = run(database_url, registry, retention_seconds=0, concurrency=concurrency)
+    assert (summary.claimed, summary.done, summary.stale) == (8, 8, 0)
+    assert sql("SELECT id, status FROM jobs ORDER BY id") == [
+        {"id": answer, "status": "done"}, {"id": keyed, "status": "done"}]
+    assert pgdrain.get_job(conn, answer)["result"] == {"n": 42}
+    assert sql("SELECT job_id FROM ledger") == [{"job_id": credited}]
+    assert not set(plain) & {r["id"] for r in sql("SELECT id FROM jobs")}
+
+    # The next drain's janitor purges what was kept (retention 0: every done row).
+    assert run(database_url, registry, retention_seconds=0).purged == 2
+    assert sql("SELECT count(*) AS n FROM jobs") == [{"n": 0}]
+
+
+def test_a_transactional_handler_that_fails_keeps_its_job_and_its_writes_roll_back(
+        database_url, conn, sql):
+    sql("CREATE TABLE ledger (job_id bigint PRIMARY KEY)")
+    registry = Registry()
+
+    def credit(job, tx):
+        tx.run("INSERT INTO ledger VALUES (:id)", id=job.id)
+        raise RuntimeError("declined")
+
+    pgdrain.job("credit", transactional=True, registry=registry)(credit)
+    ident = pgdrain.enqueue(conn, "credit", max_attempts=1).id
+    summary = run(database_url, registry, retention_seconds=0)
+    assert (summary.done, summary.failed) == (0, 1)
+    assert sql("SELECT id, status FROM jobs") == [{"id": ident, "status": "failed"}]
+    assert sql("SELECT count(*) AS n FROM ledger") == [{"n": 0}]
+
+
+def test_the_default_keeps_done_rows_for_the_retention(database_url, conn, sql):
+    registry = Registry()
+    pgdrain.job("plain", registry=registry)(lambda job: None)
+    ident = pgdrain.enqueue(conn, "plain").id
+    assert run(database_url, registry).done == 1
+    assert sql("SELECT id, status FROM jobs") == [{"id": ident, "status": "done"}]
