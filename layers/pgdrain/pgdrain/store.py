@@ -47,24 +47,28 @@ def insert_jobs(conn: Any, rows: Sequence[NewJob]) -> list[dict[str, Any]]:
     earlier row) holds: ``{"id", "dedupe_key", "due"}`` per inserted row, in no set order."""
     if not rows:
         return []
-    return as_session(conn).rows(
-        "job_enqueue_batch",
-        job_types=[j.job_type for j in rows],
-        payloads=[j.payload_json for j in rows],
-        queues=[j.queue for j in rows],
-        priorities=[j.priority for j in rows],
-        max_attempts=[j.max_attempts for j in rows],
-        run_ats=[j.run_at for j in rows],
-        delays=[j.delay_seconds for j in rows],
-        dedupe_keys=[j.dedupe_key for j in rows],
-        expires_ats=[j.expires_at for j in rows],
-        ttls=[j.ttl_seconds for j in rows],
+    params = {
+        "job_types": [j.job_type for j in rows],
+        "payloads": [j.payload_json for j in rows],
+        "queues": [j.queue for j in rows],
+        "priorities": [j.priority for j in rows],
+        "max_attempts": [j.max_attempts for j in rows],
+        "run_ats": [j.run_at for j in rows],
+        "delays": [j.delay_seconds for j in rows],
+        "expires_ats": [j.expires_at for j in rows],
+        "ttls": [j.ttl_seconds for j in rows],
         # None when unused: unnest pads a missing array with NULLs, and 100 NULLs need not
         # be sent and parsed for every batch.
-        ordering_keys=[j.ordering_key for j in rows] if any(j.ordering_key for j in rows)
+        "ordering_keys": [j.ordering_key for j in rows] if any(j.ordering_key for j in rows)
         else None,
-        tenants=[j.tenant for j in rows] if any(j.tenant for j in rows) else None,
-    )
+        "tenants": [j.tenant for j in rows] if any(j.tenant for j in rows) else None,
+    }
+    session = as_session(conn)
+    if any(j.dedupe_key is not None for j in rows):
+        return session.rows("job_enqueue_batch", **params,
+                            dedupe_keys=[j.dedupe_key for j in rows])
+    # No dedupe key in the batch: no conflict to skip (see the catalogue).
+    return session.rows("job_enqueue_batch_unkeyed", **params, dedupe_keys=None)
 
 
 def live_ids(conn: Any, keys: set[str | None]) -> dict[str, int]:
