@@ -209,10 +209,14 @@ def run(conn, url: str, args: argparse.Namespace, scratch: Path, version: str) -
         time.sleep(max(0.0, min(args.sample_seconds, end - time.time())))
         samples.append(sample(conn))
     for process in processes:
-        if process.wait() != 0:
+        try:  # a drain call lasts at most its 60 s context; a producer its last batch
+            code = process.wait(timeout=max(0.0, end - time.time()) + 120)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code != 0:
             for other in processes:
                 other.kill()
-            raise SystemExit(f"a benchmark process failed (exit {process.returncode})")
+            raise SystemExit(f"a benchmark process failed (exit {code}, None: hung)")
     produced = [json.loads((scratch / f"p{i}").read_text()) for i in range(args.producers)]
     drained = [json.loads((scratch / f"d{i}").read_text()) for i in range(args.drains)]
     report(args, version, samples, produced, drained)

@@ -66,3 +66,37 @@ def test_the_default_keeps_done_rows_for_the_retention(database_url, conn, sql):
     ident = pgdrain.enqueue(conn, "plain").id
     assert run(database_url, registry).done == 1
     assert sql("SELECT id, status FROM jobs") == [{"id": ident, "status": "done"}]
+
+
+def test_forgotten_jobs_free_their_ordering_key_and_their_queues_cap(database_url, conn, sql):
+    """Retention 0 beside the controls: a deleted job is no longer live, so its key's next job
+    is the head and its capped queue has room again. Keys still go in id order, one at a
+    time, the cap holds, a tenant's jobs are shared fairly, and nothing is left."""
+    import threading
+
+    registry, started, lock = Registry(), [], threading.Lock()
+    running = {"now": 0, "most": 0}
+
+    def step(job):
+        with lock:
+            running["now"] += 1
+            running["most"] = max(running["most"], running["now"])
+            started.append((job.payload["key"], job.payload["n"]))
+        with lock:
+            running["now"] -= 1
+
+    pgdrain.job("step", registry=registry)(step)
+    for n in range(3):
+        for key in ("a", "b"):
+            pgdrain.enqueue(conn, "step", {"key": key, "n": n}, queue="serial",
+                            ordering_key=key, tenant=f"tenant-{key}")
+    pgdrain.set_queue(conn, "serial", max_running=1)
+    done = 0
+    for _ in range(20):  # keyed jobs become heads one drain pass at a time
+        done += run(database_url, registry, retention_seconds=0, concurrency=4).done
+        if done == 6:
+            break
+    assert done == 6 and running["most"] == 1
+    for key in ("a", "b"):
+        assert [n for k, n in started if k == key] == [0, 1, 2]
+    assert sql("SELECT count(*) AS n FROM jobs") == [{"n": 0}]
