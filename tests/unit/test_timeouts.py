@@ -102,3 +102,43 @@ def test_one_it_cannot_stop_is_reported_once_as_stuck():
     ended, fired, _ = _run(handler, on_stuck=stuck.append, stuck_after=0.5)
     assert fired and ended in ("returned 'gave up'", "HandlerTimeout")
     assert len(stuck) == 1 and stuck[0] >= 0.5
+
+
+def _limited(limits, seconds, handler):
+    """One handler call under ``limits`` as a drain makes it: how it ended."""
+    try:
+        try:
+            with limits.limit(seconds):
+                handler()
+        finally:
+            limits.disarm()
+        return "returned"
+    except HandlerTimeout:
+        return "HandlerTimeout"
+
+
+def test_jobs_in_a_row_share_one_timer_and_each_still_gets_its_own_limit():
+    # A quick job leaves the timer set for its deadline; a later job with a later deadline
+    # sets nothing, so the alarm comes early and is set again for what that job has left:
+    # the later job is stopped at its own limit, not at the first job's.
+    import signal
+    with TimeLimits() as limits:
+        assert _limited(limits, 0.3, lambda: None) == "returned"
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0  # left set between jobs
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert _limited(limits, 0.3, lambda: time.sleep(5)) == "HandlerTimeout"
+        assert 0.25 <= time.monotonic() - started < 1
+        assert _limited(limits, 5, lambda: time.sleep(0.4)) == "returned"  # the early alarm
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # nothing left after the drain
+
+
+def test_a_handler_that_resets_the_timer_does_not_lift_the_next_jobs_limit():
+    import signal
+    with TimeLimits() as limits:
+        assert _limited(limits, 0.2, lambda: signal.setitimer(signal.ITIMER_REAL, 0)) == \
+            "returned"
+        time.sleep(0.25)  # past when its alarm was due
+        started = time.monotonic()
+        assert _limited(limits, 0.2, lambda: time.sleep(5)) == "HandlerTimeout"
+        assert time.monotonic() - started < 1
