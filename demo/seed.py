@@ -118,8 +118,11 @@ def main() -> None:
         conn = connect(url)
         migrate(conn)
         print("Database ready.")
+        # Done jobs kept a day, to show them in the table at the end: by default a drain
+        # deletes each done job as it finishes (PGDRAIN_RETENTION_SECONDS=0).
         env = {**os.environ, "DATABASE_URL": url, "PGDRAIN_JOBS": "pgdrain_jobs.seed",
-               "PGDRAIN_BATCH_SIZE": "1", "POWERTOOLS_METRICS_NAMESPACE": "pgdrain-demo"}
+               "PGDRAIN_BATCH_SIZE": "1", "POWERTOOLS_METRICS_NAMESPACE": "pgdrain-demo",
+               "PGDRAIN_RETENTION_SECONDS": "86400"}
         ids = enqueue_through_the_api(url)
         print(f"Enqueued {len(ids)} jobs with POST /jobs: ids {ids}.\n")
         lock = threading.Lock()
@@ -138,6 +141,8 @@ def main() -> None:
         if any(process.returncode for process, _ in containers):
             sys.exit("a drain container failed")
 
+        print("\nThe jobs (the demo keeps done ones; by default a drain deletes each as it "
+              "finishes):")
         rows = conn.run("SELECT id, job_type, status, attempts FROM jobs ORDER BY id")
         print_table([dict(zip(["id", "job_type", "status", "attempts"], r, strict=True))
                      for r in rows])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.drains import KEEP_HISTORY_SECONDS
 from tests.support.functions import killed_at_exit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,10 @@ def function_env(database_url, monkeypatch):
            "PGDRAIN_JOBS": "pgdrain_jobs.examples,pgdrain_jobs.webhook,tests.support.jobs",
            "POWERTOOLS_SERVICE_NAME": "pgdrain-test",
            "POWERTOOLS_METRICS_NAMESPACE": "pgdrain-test",
-           "PGDRAIN_BACKOFF_JITTER": "0"}
+           "PGDRAIN_BACKOFF_JITTER": "0",
+           # Done rows kept: the tests read them (tests/support/drains.py); a test of the
+           # shipped default deletes this.
+           "PGDRAIN_RETENTION_SECONDS": str(KEEP_HISTORY_SECONDS)}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env

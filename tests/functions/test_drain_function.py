@@ -28,6 +28,19 @@ def test_scheduled_event_drains_and_returns_the_summary(load_function, conn):
     assert pgdrain.stats(conn).counts == {"default": {"done": 3, "pending": 1}}
 
 
+def test_at_the_shipped_retention_done_jobs_leave_no_row_and_stats_still_count_them(
+        load_function, conn, monkeypatch):
+    monkeypatch.delenv("PGDRAIN_RETENTION_SECONDS")  # the template's default: 0
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 3 + [{"job_type": "test-boom"}])
+    app = load_function("drain")
+    summary = app.lambda_handler(load_event("drain_schedule.json"), LambdaContext())
+    assert (summary["claimed"], summary["done"], summary["retried"]) == (4, 3, 1)
+    assert pgdrain.stats(conn).counts == {"default": {"pending": 1}}
+    from pgdrain.store import overview
+    [noop] = [r for r in overview(conn) if r["job_type"] == "test-noop"]
+    assert (noop["done_last_minute"], noop["done_last_hour"]) == (3, 3)
+
+
 def test_api_event_returns_the_summary_as_a_200_json_body(load_function, conn):
     pgdrain.enqueue(conn, "test-noop")
     app = load_function("drain")
@@ -130,7 +143,7 @@ def test_a_function_shorter_than_every_budget_still_drains(conn, sql, database_u
     registry.register(Handler("slow-type", ran.append, timeout=30))
     pgdrain.enqueue_many(conn, [{"job_type": "slow-type"}] * 2)
     connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
-    settings = pgdrain.Settings(safety_margin_seconds=2)
+    settings = pgdrain.Settings(safety_margin_seconds=2)  # done rows not kept, as shipped
     try:
         deadline = time.monotonic() + 10
         summary = drain(connector, registry, settings,
@@ -139,7 +152,7 @@ def test_a_function_shorter_than_every_budget_still_drains(conn, sql, database_u
     finally:
         connector.discard()
     assert len(ran) == 2
-    assert [r["status"] for r in sql("SELECT status FROM jobs")] == ["done", "done"]
+    assert sql("SELECT status FROM jobs") == []
 
 
 # SystemExit passes the function's error metric by; Powertools then warns of an empty flush.

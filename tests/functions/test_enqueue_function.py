@@ -213,8 +213,10 @@ def test_get_job(app, conn):
         job_id, "test-noop", "pending", {"n": 1})
     assert body["run_at"].endswith("+00:00") and "lease_token" not in body
     event["path"] = "/jobs/999999"
-    assert call(app, event)[:2] == (404, {"error": "no job with id 999999",
-                                          "details": {"id": 999999}})
+    assert call(app, event)[:2] == (404, {
+        "error": "no job with id 999999 (a done job is not kept unless "
+                 "PGDRAIN_RETENTION_SECONDS is set, an ended one after its retention)",
+        "details": {"id": 999999}})
     event["path"] = "/jobs/abc"
     assert call(app, event)[:2] == (400, {"error": "the job id must be an integer from 1 to "
                                                    "9223372036854775807",

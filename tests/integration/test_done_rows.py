@@ -10,6 +10,7 @@ import pytest
 
 import pgdrain
 from pgdrain.registry import Registry
+from pgdrain.store import overview
 from tests.support.drains import run_drain as run
 
 
@@ -60,12 +61,46 @@ def test_a_transactional_handler_that_fails_keeps_its_job_and_its_writes_roll_ba
     assert sql("SELECT count(*) AS n FROM ledger") == [{"n": 0}]
 
 
-def test_the_default_keeps_done_rows_for_the_retention(database_url, conn, sql):
+def test_by_default_done_rows_are_not_kept_and_a_retention_keeps_them(database_url, conn,
+                                                                       sql):
     registry = Registry()
     pgdrain.job("plain", registry=registry)(lambda job: None)
+    pgdrain.enqueue(conn, "plain")
+    shipped = pgdrain.Settings().retention_seconds
+    assert shipped == 0
+    assert run(database_url, registry, retention_seconds=shipped).done == 1
+    assert sql("SELECT count(*) AS n FROM jobs") == [{"n": 0}]
     ident = pgdrain.enqueue(conn, "plain").id
-    assert run(database_url, registry).done == 1
+    assert run(database_url, registry, retention_seconds=86400).done == 1
     assert sql("SELECT id, status FROM jobs") == [{"id": ident, "status": "done"}]
+
+
+def test_stats_count_the_done_jobs_that_left_no_row(database_url, conn, sql):
+    """`pgdrain stats` (job_overview_by_queue_type) says how many finished in the last minute
+    and hour, whether or not their rows were kept; counts older than an hour are purged by the
+    janitor."""
+    registry = Registry()
+    pgdrain.job("plain", registry=registry)(lambda job: None)
+    pgdrain.job("answer", registry=registry)(lambda job: {"n": 1})
+    for queue, job_type, n in (("default", "plain", 30), ("mail", "plain", 4),
+                               ("default", "answer", 2)):
+        pgdrain.enqueue_many(conn, [{"job_type": job_type, "queue": queue}] * n)
+    summary = run(database_url, registry, batch_size=7, max_drains=1, retention_seconds=0)
+    assert summary.done == 36
+    stats = {(r["queue"], r["job_type"]): (r["done_last_minute"], r["done_last_hour"])
+             for r in overview(conn)}
+    assert stats == {("default", "plain"): (30, 30), ("mail", "plain"): (4, 4),
+                     ("default", "answer"): (2, 2)}  # kept (a result) or counted: once each
+    assert sql("SELECT sum(done)::int AS n FROM pgdrain_done_counts") == [{"n": 34}]
+
+    # A count from over an hour ago is read by neither figure, and the janitor deletes it.
+    sql("INSERT INTO pgdrain_done_counts VALUES "
+        "('default', 'plain', date_trunc('minute', now()) - interval '2 hours', 99)")
+    assert {(r["queue"], r["job_type"]): r["done_last_hour"]
+            for r in overview(conn)}[("default", "plain")] == 30
+    run(database_url, registry, retention_seconds=0)
+    assert sql("SELECT count(*) AS n FROM pgdrain_done_counts "
+               "WHERE minute < now() - interval '1 hour'") == [{"n": 0}]
 
 
 def test_forgotten_jobs_free_their_ordering_key_and_their_queues_cap(database_url, conn, sql):

@@ -15,6 +15,7 @@ from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.errors import HandlerTimeout
 from pgdrain.registry import Registry
+from tests.support.drains import KEEP_HISTORY_SECONDS
 
 
 def clock(seconds: float):
@@ -31,6 +32,7 @@ def connector(database_url):
 
 def run(connector, registry, seconds=30.0, **settings):
     defaults = {"concurrency": 10, "safety_margin_seconds": 0.5,
+                "retention_seconds": KEEP_HISTORY_SECONDS,
                 "backoff": pgdrain.Backoff(60, 60, jitter=0)}
     return drain(connector, registry, pgdrain.Settings(**{**defaults, **settings}),
                  time_left=clock(seconds))

@@ -81,8 +81,8 @@ def test_a_database_at_an_earlier_version_gets_only_the_later_migrations(empty_d
 
 def test_an_upgrade_grants_the_new_tables_to_the_roles_that_used_jobs(empty_database_url):
     """A functions' role granted jobs alone (before pause and schedules existed) can still
-    claim after the upgrade: migrations 0008, 0009, 0013, 0015 and 0019 grant their tables to
-    it."""
+    claim after the upgrade: migrations 0008, 0009, 0013, 0015, 0019 and 0022 grant their
+    tables to it."""
     role = f"pgdrain_upgrade_{uuid.uuid4().hex[:8]}"
     conn = connect(empty_database_url)
     try:
@@ -99,7 +99,8 @@ def test_an_upgrade_grants_the_new_tables_to_the_roles_that_used_jobs(empty_data
             "SELECT table_name, string_agg(privilege_type, ',' ORDER BY privilege_type) "
             "FROM information_schema.role_table_grants WHERE grantee = :r "
             "AND table_name LIKE 'pgdrain%' GROUP BY 1 ORDER BY 1", r=role)
-        assert granted == [["pgdrain_drain_launches", "SELECT,UPDATE"],
+        assert granted == [["pgdrain_done_counts", "DELETE,INSERT,SELECT,UPDATE"],
+                           ["pgdrain_drain_launches", "SELECT,UPDATE"],
                            ["pgdrain_hooked_types", "INSERT,SELECT"],
                            ["pgdrain_queues", "INSERT,SELECT,UPDATE"],
                            ["pgdrain_schedules", "INSERT,SELECT,UPDATE"],

@@ -6,6 +6,7 @@ them run."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -14,7 +15,7 @@ from pgdrain import Settings
 from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
-from tests.support.drains import clock, run_all
+from tests.support.drains import KEEP_HISTORY_SECONDS, clock, run_all
 
 
 def noop_registry() -> Registry:
@@ -95,7 +96,8 @@ def test_a_paused_backlog_starts_no_drains(database_url, conn):
     launches = Launches()
     connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
     try:
-        summary = drain(connector, noop_registry(), Settings(max_drains=4, concurrency=2),
+        summary = drain(connector, noop_registry(), Settings(max_drains=4, concurrency=2,
+                                                          retention_seconds=KEEP_HISTORY_SECONDS),
                         time_left=clock(30), launcher=launches)
     finally:
         connector.discard()
@@ -120,7 +122,8 @@ def test_a_paused_queue_is_never_claimed_across_a_thousand_drains(database_url, 
                     if left[0] == 0:
                         return
                     left[0] -= 1
-                drain(connector, registry, Settings(batch_size=5, max_jobs=10),
+                drain(connector, registry, Settings(batch_size=5, max_jobs=10,
+                                                    retention_seconds=KEEP_HISTORY_SECONDS),
                       time_left=clock(30))
         finally:
             connector.discard()
@@ -155,7 +158,9 @@ def test_no_claim_starting_after_the_pause_commits_takes_the_queue(database_url,
         connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
         try:
             while not stop.is_set():
-                drain(connector, registry, Settings(batch_size=5, max_jobs=5),
+                # Done rows kept: each claim's row is the evidence of when it began.
+                drain(connector, registry, Settings(batch_size=5, max_jobs=5,
+                                                    retention_seconds=KEEP_HISTORY_SECONDS),
                       time_left=clock(30))
         finally:
             connector.discard()
@@ -164,7 +169,9 @@ def test_no_claim_starting_after_the_pause_commits_takes_the_queue(database_url,
     for t in threads:
         t.start()
     try:
+        deadline = time.monotonic() + 60
         while sql("SELECT count(*) AS n FROM jobs WHERE status <> 'pending'")[0]["n"] < 100:
+            assert time.monotonic() < deadline, "the drains claimed nothing in 60 s"
             threading.Event().wait(0.01)
         pgdrain.pause(conn, "emails")
         [after] = sql("SELECT clock_timestamp() AS t")

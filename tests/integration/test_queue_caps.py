@@ -15,7 +15,7 @@ from pgdrain.claiming import claim_controlled
 from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
-from tests.support.drains import clock, jobs_left, run_all
+from tests.support.drains import KEEP_HISTORY_SECONDS, clock, jobs_left, run_all
 
 
 def test_a_capped_queue_gives_out_only_its_room(conn, sql):
@@ -84,7 +84,8 @@ def test_sixteen_drains_never_run_more_than_the_cap(database_url, conn, sql):
         connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
         try:
             while jobs_left(database_url) and not stop.is_set():
-                drain(connector, registry, Settings(concurrency=10, max_drains=32),
+                drain(connector, registry, Settings(concurrency=10, max_drains=32,
+                                                    retention_seconds=KEEP_HISTORY_SECONDS),
                       time_left=clock(30))
         finally:
             connector.discard()

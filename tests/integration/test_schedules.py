@@ -15,7 +15,7 @@ from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
 from pgdrain.scheduler import dedupe_key, enqueue_due
-from tests.support.drains import clock, run_all
+from tests.support.drains import KEEP_HISTORY_SECONDS, clock, run_all
 
 
 def registry_with(*entries) -> Registry:
@@ -90,7 +90,8 @@ def test_the_drain_enqueues_and_runs_a_due_tick(database_url, sql):
     pgdrain.job("report", registry=registry, cron="* * * * *")(lambda job: ran.append(job.id))
     connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
     try:
-        summary = drain(connector, registry, Settings(), time_left=clock(30))
+        summary = drain(connector, registry,
+                        Settings(retention_seconds=KEEP_HISTORY_SECONDS), time_left=clock(30))
     finally:
         connector.discard()
     assert (summary.scheduled, summary.done, len(ran)) == (1, 1, 1)
@@ -112,7 +113,8 @@ def test_eight_drains_racing_on_a_tick_enqueue_it_exactly_once(database_url, sql
         connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
         try:
             start.wait()
-            summaries.append(drain(connector, registry, Settings(max_drains=16),
+            summaries.append(drain(connector, registry, Settings(max_drains=16,
+                                                            retention_seconds=KEEP_HISTORY_SECONDS),
                                    time_left=clock(30)))
         finally:
             connector.discard()

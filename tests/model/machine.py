@@ -62,11 +62,31 @@ STATS: Counter[str] = Counter()
 """What the runs drove, printed by the test (see it with -s): steps by rule, drains by how
 they stopped, handler executions by outcome."""
 
-def settings_given(**overrides: Any) -> dict[str, Any]:
+def settings_given(retention_seconds: int, **overrides: Any) -> dict[str, Any]:
     """The drains' and the janitor's settings: retries due after 30 s (time passes in steps),
-    nothing purged (a job the model knows never disappears)."""
+    done jobs kept ``retention_seconds`` (0, as shipped: deleted as they finish, see
+    DELETED_DDL), failed and cancelled ones never purged."""
     return {"backoff": Backoff(base_seconds=30, cap_seconds=60, jitter=0),
-            "retention_seconds": 10**9, "failed_retention_seconds": 10**9, **overrides}
+            "retention_seconds": retention_seconds, "failed_retention_seconds": 10**9,
+            **overrides}
+
+
+DELETED_DDL = """
+CREATE TABLE IF NOT EXISTS model_deleted (
+    id bigint PRIMARY KEY, status text NOT NULL, attempts int NOT NULL, job_type text NOT NULL,
+    queue text NOT NULL, ordering_key text, had_result boolean NOT NULL
+);
+CREATE OR REPLACE FUNCTION model_record_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO model_deleted VALUES (OLD.id, OLD.status, OLD.attempts, OLD.job_type,
+                                      OLD.queue, OLD.ordering_key, OLD.result IS NOT NULL);
+    RETURN OLD;
+END $$;
+CREATE OR REPLACE TRIGGER model_record_delete AFTER DELETE ON jobs
+    FOR EACH ROW EXECUTE FUNCTION model_record_delete();
+"""
+"""Every row deleted, as it was: the model's witness of a done job that leaves no row (a
+finish at retention 0 deletes it from running; the janitor's purge from done)."""
 
 
 @dataclass
@@ -157,13 +177,15 @@ class SlotSampler(threading.Thread):
 class QueueModel(RuleBasedStateMachine):
     url: str = ""
     """The test's database, set by the test before the run."""
+    retention_seconds: int = 0
+    """PGDRAIN_RETENTION_SECONDS of every drain and janitor run (set by the test)."""
 
     def __init__(self) -> None:
         super().__init__()
         STATS["examples"] += 1
         self.conn = connect(self.url)
-        self.conn.run("TRUNCATE jobs, pgdrain_queues, pgdrain_type_rates, model_tx_writes "
-                      "RESTART IDENTITY")
+        self.conn.run("TRUNCATE jobs, pgdrain_queues, pgdrain_type_rates, model_tx_writes, "
+                      "model_deleted, pgdrain_done_counts RESTART IDENTITY")
         RECORDER.clear()
         self.model = Model()
         self.findings: list[str] = []
@@ -238,7 +260,8 @@ class QueueModel(RuleBasedStateMachine):
                       s=float(seconds))
         if janitor:
             STATS["step janitor"] += 1
-            pgdrain.run_janitor(self.conn, Settings(**settings_given()), REGISTRY)
+            pgdrain.run_janitor(self.conn, Settings(**settings_given(self.retention_seconds)),
+                                REGISTRY)
 
     @precondition(lambda self: len(self.model.dead_claims) < 3)
     @rule(batch=st.integers(1, 3), fair=st.booleans())
@@ -376,7 +399,8 @@ class QueueModel(RuleBasedStateMachine):
         def one() -> None:
             try:
                 summaries.append(run_drain(self.url, REGISTRY, DRAIN_SECONDS,
-                                           **settings_given(**settings)))
+                                           **settings_given(self.retention_seconds,
+                                                            **settings)))
             except BaseException as exc:  # reported by the step
                 errors.append(repr(exc))
 
@@ -448,12 +472,38 @@ class QueueModel(RuleBasedStateMachine):
             "SELECT id, job_type, queue, status, attempts, lease_token::text AS lease_token, "
             "ordering_key FROM jobs")}
         executions = RECORDER.snapshot()
+        rows.update(self.deleted_as_done(rows, executions))
         self.check_jobs(rows)
         self.check_cancels(rows, executions)
         self.check_charges(rows, executions)
         self.check_ordering(rows, executions)
         self.check_rates(executions)
         self.check_transactions(rows)
+
+    def deleted_as_done(self, rows: dict[int, dict[str, Any]],
+                        executions: list[Execution]) -> dict[int, dict[str, Any]]:
+        """The rows deleted so far, each as the done job it must have been: deleted by its
+        finish (from running, retention 0, nothing to keep) for an attempt whose handler
+        returned, or purged after it was done. Any other delete is a job lost."""
+        returned = {(e.job_id, e.attempt) for e in executions if e.outcome == "returned"}
+        found = {}
+        for row in self.rows("SELECT * FROM model_deleted"):
+            job_id = row["id"]
+            assert job_id not in rows, f"job {job_id} deleted, and still there: {row}"
+            if row["status"] == "running":
+                assert self.retention_seconds == 0 and not row["had_result"], (
+                    f"job {job_id} deleted from running at retention "
+                    f"{self.retention_seconds}: {row}")
+                assert (job_id, row["attempts"]) in returned, (
+                    f"job {job_id} deleted by a finish of attempt {row['attempts']}, whose "
+                    f"handler never returned: {row}")
+            else:
+                assert row["status"] == "done", f"job {job_id} deleted while {row['status']}"
+            found[job_id] = {"id": job_id, "job_type": row["job_type"], "queue": row["queue"],
+                             "status": "done", "attempts": row["attempts"],
+                             "lease_token": None, "ordering_key": row["ordering_key"]}
+        STATS["done rows deleted, seen by a check"] += len(found)
+        return found
 
     def check_jobs(self, rows: dict[int, dict[str, Any]]) -> None:
         lost = sorted(set(self.model.jobs) - set(rows))

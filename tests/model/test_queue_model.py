@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -16,8 +17,9 @@ PHASES = [Phase.generate] if os.environ.get("PGDRAIN_MODEL_SHRINK") == "0" else 
 """PGDRAIN_MODEL_SHRINK=0 reports a failure as found, unshrunk (shrinking re-runs drains)."""
 
 
-def test_the_queue_keeps_to_its_model(model_url):
-    QueueModel.url = model_url
+@pytest.mark.parametrize("retention_seconds", [0, 10**9], ids=["as shipped", "history kept"])
+def test_the_queue_keeps_to_its_model(model_url, retention_seconds):
+    QueueModel.url, QueueModel.retention_seconds = model_url, retention_seconds
     run_state_machine_as_test(QueueModel, settings=settings(
         max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
         phases=PHASES,

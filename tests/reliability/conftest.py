@@ -33,6 +33,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.drains import KEEP_HISTORY_SECONDS
+
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "drain_loop.py"
 
@@ -71,6 +73,8 @@ DRAIN_ENV = {
     # Quick retries, so that a scenario's retries come due within seconds.
     "PGDRAIN_BACKOFF_BASE_SECONDS": "0.05",
     "PGDRAIN_BACKOFF_CAP_SECONDS": "0.5",
+    # The ledger is checked against the jobs' rows: done ones are kept.
+    "PGDRAIN_RETENTION_SECONDS": str(KEEP_HISTORY_SECONDS),
     "POWERTOOLS_LOG_LEVEL": "WARNING",
     "POWERTOOLS_SERVICE_NAME": "pgdrain-reliability",
     "POWERTOOLS_METRICS_NAMESPACE": "pgdrain-reliability",

@@ -25,6 +25,7 @@ from urllib.parse import urlencode
 
 from pgdrain.db import connect
 from pgdrain_dev import embedded
+from tests.support.drains import KEEP_HISTORY_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_DRAIN = ROOT / "tests" / "support" / "run_drain.py"
@@ -55,14 +56,16 @@ def start_drain(database_url: str, timeout: float = 60, **env: str) -> subproces
     """One drain invocation (``tests/support/run_drain.py``) in its own process.
 
     The environment is this one's (the suite has removed any PGDRAIN_* from it) plus the
-    database, the recording job module, quiet logs, and ``env``.
+    database, the recording job module, quiet logs, done rows kept, and ``env``.
     """
     environment = {**os.environ, "DATABASE_URL": database_url, "PGDRAIN_JOBS": RECORDING_JOBS,
                    "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_SERVICE_NAME": "pgdrain-faults",
                    "PGDRAIN_BACKOFF_BASE_SECONDS": "0", "PGDRAIN_BACKOFF_JITTER": "0",
                    # Two handlers at once: the concurrent loop, with work that lasts long
                    # enough (2 s) for a fault to land mid-drain.
-                   "PGDRAIN_CONCURRENCY": "2", **env}
+                   "PGDRAIN_CONCURRENCY": "2",
+                   # Done rows kept: the tests check every job's row.
+                   "PGDRAIN_RETENTION_SECONDS": str(KEEP_HISTORY_SECONDS), **env}
     return subprocess.Popen([sys.executable, str(RUN_DRAIN), str(timeout)], env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

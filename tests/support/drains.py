@@ -13,6 +13,12 @@ from pgdrain.db import Connector, connect
 from pgdrain.drain import DrainSummary, drain
 from pgdrain.registry import Registry
 
+# Done rows kept a day. Most tests read a finished job's row as the evidence of its outcome
+# (its status, attempts, result, when it ran), so their drains keep history. The shipped
+# default keeps none (PGDRAIN_RETENTION_SECONDS=0): tests/integration/test_done_rows.py,
+# tests/functions/test_drain_function.py and the model test (tests/model) run at it.
+KEEP_HISTORY_SECONDS = 86400
+
 
 def clock(seconds: float) -> Callable[[], float]:
     """A ``time_left`` that runs out ``seconds`` from now."""
@@ -26,10 +32,13 @@ def connector_to(database_url: str) -> Connector:
 
 def run_drain(database_url: str, registry: Registry, seconds: float = 30.0,
               **settings: Any) -> DrainSummary:
-    """One drain invocation of ``seconds`` with ``settings``, on a connection of its own."""
+    """One drain invocation of ``seconds`` with ``settings`` (done rows kept unless they say
+    otherwise), on a connection of its own."""
     connector = connector_to(database_url)
     try:
-        return drain(connector, registry, Settings(**settings), time_left=clock(seconds))
+        return drain(connector, registry,
+                     Settings(**{"retention_seconds": KEEP_HISTORY_SECONDS, **settings}),
+                     time_left=clock(seconds))
     finally:
         connector.discard()
 

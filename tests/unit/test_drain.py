@@ -17,11 +17,12 @@ from pgdrain.drain import drain
 from pgdrain.errors import ConfigError, DatabaseUnavailable
 from pgdrain.policy import Backoff
 from pgdrain.registry import Registry
+from tests.support.drains import KEEP_HISTORY_SECONDS
 from tests.support.fake_store import FakeStore
 
 # One handler at a time on the drain's thread (the concurrent loop: test_drain_concurrent.py).
 SETTINGS = pgdrain.Settings(safety_margin_seconds=0.5, backoff=Backoff(2, 60, jitter=0),
-                            concurrency=1, batch_size=10)
+                            retention_seconds=KEEP_HISTORY_SECONDS, concurrency=1, batch_size=10)
 
 
 def clock(seconds: float) -> Callable[[], float]:

@@ -19,10 +19,11 @@ from pgdrain.drain import drain
 from pgdrain.errors import HandlerTimeout
 from pgdrain.policy import Backoff
 from pgdrain.registry import Registry
+from tests.support.drains import KEEP_HISTORY_SECONDS
 from tests.support.fake_store import FakeStore
 
 SETTINGS = pgdrain.Settings(safety_margin_seconds=0.5, backoff=Backoff(2, 60, jitter=0),
-                            concurrency=10)
+                            retention_seconds=KEEP_HISTORY_SECONDS, concurrency=10)
 
 
 def clock(seconds: float) -> Callable[[], float]:

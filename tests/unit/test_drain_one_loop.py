@@ -12,10 +12,11 @@ import pgdrain
 from pgdrain.drain import drain
 from pgdrain.policy import Backoff
 from pgdrain.registry import Registry
+from tests.support.drains import KEEP_HISTORY_SECONDS
 from tests.support.fake_store import FakeStore
 
 SETTINGS = pgdrain.Settings(safety_margin_seconds=0.5, backoff=Backoff(2, 60, jitter=0),
-                            batch_size=5)
+                            retention_seconds=KEEP_HISTORY_SECONDS, batch_size=5)
 
 
 class Events:

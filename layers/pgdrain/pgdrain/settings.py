@@ -26,7 +26,7 @@ DEFAULT_BATCH_SIZE = 100
 DEFAULT_CONCURRENCY = 10
 DEFAULT_POOL_SIZE = 4
 DEFAULT_MAX_DRAINS = 4
-DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
+DEFAULT_RETENTION_SECONDS = 0
 DEFAULT_FAILED_RETENTION_SECONDS = 30 * 24 * 3600
 DEFAULT_PURGE_BATCH_SIZE = 1000
 DEFAULT_PURGE_MAX_BATCHES = 10
@@ -223,9 +223,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("PGDRAIN_QUEUES", names, (), "Comma-separated queues to drain", "drain",
        "(all queues)"),
     _s("PGDRAIN_RETENTION_SECONDS", integer(0), DEFAULT_RETENTION_SECONDS,
-       "Age after which the janitor deletes done jobs; 0: a drain deletes a done job as it "
-       "finishes (its row is not kept; one with a result or a dedupe key is, until the "
-       "janitor's next purge)", "drain"),
+       "Age after which the janitor deletes done jobs; 0 (the default): a drain deletes a "
+       "done job as it finishes (its row is not kept; one with a result or a dedupe key is, "
+       "until the janitor's next purge); 604800 keeps a week of history", "drain"),
     _s("PGDRAIN_FAILED_RETENTION_SECONDS", integer(0), DEFAULT_FAILED_RETENTION_SECONDS,
        "Age after which the janitor deletes failed and cancelled jobs (30 days: time to "
        "look at them and requeue)", "drain"),

@@ -122,7 +122,9 @@ class EnqueueApi:
         ident = job_id(raw_id)
         job = store.get_job(self.session(), ident)
         if job is None:
-            raise ApiError(404, f"no job with id {ident}", {"id": ident})
+            raise ApiError(404, f"no job with id {ident} (a done job is not kept unless "
+                                "PGDRAIN_RETENTION_SECONDS is set, an ended one after "
+                                "its retention)", {"id": ident})
         return Response(200, job_view(job), metrics={"JobLookups": 1})
 
     def retry_job(self, raw_id: str) -> Response:

@@ -994,7 +994,10 @@ RETURNING j.id
 -- "What a job writes"). A job holding a dedupe key is kept done as job_complete_batch
 -- writes it: a unique window counts done rows (job_enqueue_batch), and the janitor's purge
 -- takes it. Each row is guarded by its claim; the ids that come back are the ones that
--- changed, any other was a stale write.
+-- changed, any other was a stale write. The deleted ones are counted in pgdrain_done_counts
+-- (job_overview_by_queue_type reads them), a row per queue and type, taken in one order by
+-- every such statement so that two drains' batches never wait on each other's counts in a
+-- cycle.
 WITH c AS (
     SELECT * FROM unnest(:ids::bigint[], :tokens::uuid[]) AS c(id, lease_token)
 ), forgotten AS (
@@ -1004,7 +1007,14 @@ WITH c AS (
       AND j.status = 'running'
       AND j.lease_token = c.lease_token
       AND j.dedupe_key IS NULL
-    RETURNING j.id
+    RETURNING j.id, j.queue, j.job_type
+), counted AS (
+    INSERT INTO pgdrain_done_counts AS n (queue, job_type, minute, done)
+    SELECT queue, job_type, date_trunc('minute', now()), count(*)
+    FROM forgotten
+    GROUP BY queue, job_type
+    ORDER BY queue, job_type
+    ON CONFLICT (queue, job_type, minute) DO UPDATE SET done = n.done + excluded.done
 ), kept AS (
     UPDATE jobs AS j
     SET {{job_done_set}}
@@ -1237,12 +1247,25 @@ WITH pending AS (
     WHERE status = 'cancelled'
     GROUP BY queue, job_type
 ), done AS (
-    SELECT queue, job_type,
-           count(*) FILTER (WHERE finished_at > now() - interval '1 minute')
-               AS done_last_minute,
-           count(*) AS done_last_hour
-    FROM jobs
-    WHERE status = 'done' AND finished_at > now() - interval '1 hour'
+    -- The done rows still kept, and the done jobs that left none (pgdrain_done_counts, by
+    -- the minute: "the last minute" is the current minute and the one before it, prorated).
+    SELECT queue, job_type, sum(last_minute) AS done_last_minute, sum(last_hour) AS done_last_hour
+    FROM (
+        SELECT queue, job_type,
+               count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS last_minute,
+               count(*) AS last_hour
+        FROM jobs
+        WHERE status = 'done' AND finished_at > now() - interval '1 hour'
+        GROUP BY queue, job_type
+        UNION ALL
+        SELECT queue, job_type,
+               round(sum(done * greatest(0, least(1, EXTRACT(EPOCH FROM
+                   minute + interval '2 minutes' - now()) / 60)))),
+               sum(done)
+        FROM pgdrain_done_counts
+        WHERE minute > now() - interval '1 hour'
+        GROUP BY queue, job_type
+    ) AS d
     GROUP BY queue, job_type
 )
 SELECT queue, job_type,
@@ -1299,8 +1322,11 @@ SELECT count(*)::int AS purged FROM purged
 -- name: job_purge_done_batch
 -- Delete up to :limit done jobs that finished more than :retention_seconds ago and count them.
 -- Bounded so a large backlog of history is cleared over several drains instead of in one long
--- transaction.
-WITH purged AS (
+-- transaction. The counts of done jobs not kept go after an hour (job_overview_by_queue_type
+-- reads no further back): at most one row a minute for each queue and type.
+WITH old_counts AS (
+    DELETE FROM pgdrain_done_counts WHERE minute < now() - interval '1 hour'
+), purged AS (
     DELETE FROM jobs
     WHERE id = ANY(ARRAY(
         SELECT id
