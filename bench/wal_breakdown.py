@@ -50,7 +50,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--drains", type=int, default=4)
     parser.add_argument("--batch", type=int, default=20)
-    parser.add_argument("--retention-seconds", type=int, default=86_400)
+    parser.add_argument("--retention-seconds", type=int,
+                        help="PGDRAIN_RETENTION_SECONDS for the drains (default: as shipped)")
     parser.add_argument("--table-option", action="append", default=[])
     args = parser.parse_args()
     with scratch_database("wal_breakdown") as url:
@@ -68,12 +69,15 @@ def main() -> None:
             conn.run("COMMIT")
         enqueued = lsn(conn)
         run_once(url, "drain", args.drains, None,
-                 {"PGDRAIN_RETENTION_SECONDS": str(args.retention_seconds)})
+                 {} if args.retention_seconds is None
+                 else {"PGDRAIN_RETENTION_SECONDS": str(args.retention_seconds)})
         drained = lsn(conn)
         jobs = args.jobs // args.batch * args.batch
         breakdown(conn, start, enqueued, jobs, f"enqueue ({args.batch} a transaction)")
-        breakdown(conn, enqueued, drained, jobs, f"drain ({args.drains} drains, retention "
-                                                 f"{args.retention_seconds} s)")
+        retention = ("as shipped" if args.retention_seconds is None
+                     else f"{args.retention_seconds} s")
+        breakdown(conn, enqueued, drained, jobs,
+                  f"drain ({args.drains} drains, retention {retention})")
         print("\n| relation | bytes a job |\n|---|---:|")
         for name, size in conn.run(
                 "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
