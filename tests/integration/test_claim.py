@@ -77,3 +77,39 @@ def test_claim_uses_the_pending_index_with_a_large_history(conn, sql):
         .replace(":batch_size::int", "10").replace(":lease_seconds::float8", "60")
     plan = "\n".join(r["QUERY PLAN"] for r in sql("EXPLAIN " + statement))
     assert "jobs_pending_idx" in plan
+
+
+def test_every_claim_returns_the_jobs_fields_in_their_order(conn):
+    # The plain claims build each Job from its row's values by position
+    # (store.claimed_job_from_values): the columns must be Job's fields, in order.
+    from dataclasses import fields
+
+    from pgdrain.models import Job
+
+    expected = [f.name for f in fields(Job)][:15]
+    assert expected[-1] == "tenant" and "payload_error" not in expected
+    pgdrain.enqueue_many(conn, [{"job_type": "a", "payload": {"n": 1}, "queue": "q"},
+                                {"job_type": "b", "dedupe_key": "k"}])
+    session = Session(conn)
+    for name in ("job_claim_batch", "job_claim_batch_by_queue"):
+        rows = session.rows(name, batch_size=1, lease_seconds=60, queues=None,
+                            limited_types=None)
+        assert list(rows[0]) == expected, name
+    assert pgdrain.claim(conn, batch_size=5, lease_seconds=60) == []
+
+
+def test_a_claimed_job_is_built_alike_from_values_and_from_a_row(conn):
+    from pgdrain.store import claimed_job, claimed_job_from_values
+
+    pgdrain.enqueue(conn, "a", {"n": [1, 2]}, queue="q", priority=3, dedupe_key="k")
+    conn.run("INSERT INTO jobs (job_type, payload) VALUES ('bad', "
+             "('[' || repeat('[', 3000) || repeat(']', 3000) || ']')::jsonb)")
+    session = Session(conn)
+    rows = session.rows("job_claim_batch", batch_size=5, lease_seconds=60, queues=None,
+                        limited_types=None)
+    by_values = [claimed_job_from_values(list(r.values())) for r in rows]
+    assert by_values == [claimed_job(dict(r)) for r in rows]
+    jobs = {j.job_type: j for j in by_values}
+    assert jobs["a"].payload == {"n": [1, 2]} and jobs["a"].payload_error is None
+    assert (jobs["a"].priority, jobs["a"].dedupe_key) == (3, "k")
+    assert jobs["bad"].payload is None and jobs["bad"].payload_error

@@ -17,7 +17,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -313,6 +313,16 @@ class Session:
         DatabaseTimeout (the driver's error as its cause); other server errors are the
         driver's. With a ``deadline``, the socket waits no longer than the time left.
         """
+        names, values = self._execute(query, params)
+        return [dict(zip(names, row, strict=True)) for row in values]
+
+    def values(self, query: str, /, **params: Any) -> list[Sequence[Any]]:
+        """As ``rows``, each row as its values in the statement's column order: no dict per
+        row (a claim's batch, decoded per job on the drain's hot path)."""
+        return self._execute(query, params)[1]
+
+    def _execute(self, query: str, params: dict[str, Any]
+                 ) -> tuple[list[str], list[Sequence[Any]]]:
         params = {k: _encode(v) for k, v in params.items()}
         if self.native:
             if self.deadline is not None:
@@ -327,9 +337,8 @@ class Session:
             statement, names = to_format(QUERIES[query])
             cursor.execute(statement, tuple(params[n] for n in names))
             if cursor.description is None:
-                return []
-            names = [c[0] for c in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+                return [], []
+            return [c[0] for c in cursor.description], list(cursor.fetchall())
         finally:
             cursor.close()
 
@@ -342,7 +351,8 @@ class Session:
         if sock is not None:
             sock.settimeout(left)
 
-    def _run_native(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def _run_native(self, query: str, params: dict[str, Any]
+                    ) -> tuple[list[str], list[Sequence[Any]]]:
         if self._prepare:
             statement = self._prepared.get(query)
             if statement is None:
@@ -359,9 +369,8 @@ class Session:
             result = self.conn.run(QUERIES[query])
             columns = self.conn.columns
         if not columns:
-            return []
-        names = [c["name"] for c in columns]
-        return [dict(zip(names, row, strict=True)) for row in result]
+            return [], []
+        return [c["name"] for c in columns], result
 
     def one(self, query: str, /, **params: Any) -> dict[str, Any] | None:
         """The first row of the named query, or None."""

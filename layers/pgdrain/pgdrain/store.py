@@ -121,11 +121,10 @@ def claim(
         _remember_fair_after(session.conn, rows[0]["fair_after"] if rows else None)
         for row in rows:
             del row["fair_after"]
-    elif by_queue:
-        rows = session.rows("job_claim_batch_by_queue", **params)
-    else:
-        rows = session.rows("job_claim_batch", **params)
-    return [claimed_job(row) for row in rows]
+        return [claimed_job(row) for row in rows]
+    values = session.values("job_claim_batch_by_queue" if by_queue else "job_claim_batch",
+                            **params)
+    return [claimed_job_from_values(v) for v in values]
 
 
 # Per connection, the last tenant a fair claim served: the next starts after it, and so every
@@ -167,6 +166,14 @@ def claimed_job(row: dict[str, Any]) -> Job:
     payload, row["payload_error"] = decode_json(row["payload"])
     row["payload"] = payload
     return Job(**row)
+
+
+def claimed_job_from_values(values: Sequence[Any]) -> Job:
+    """A claimed job from its row's values, in job_claim_returning's order: Job's own fields'
+    order (tests/integration/test_claim.py holds the two together). A dict per row and a
+    call by keywords cost a tenth of a no-op drain's time."""
+    payload, error = decode_json(values[2])
+    return Job(values[0], values[1], payload, *values[3:], payload_error=error)
 
 
 def decode_json(text: str | None) -> tuple[Any, str | None]:
