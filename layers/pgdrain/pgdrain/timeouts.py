@@ -44,9 +44,8 @@ class TimeLimits:
     running between jobs: a job whose deadline is no earlier than the timer's next alarm sets
     nothing (an alarm that comes before the running job's deadline sets the timer again, for
     what is left). Short jobs in a row then cost no system call each, where a set and a reset
-    per job were a tenth of a no-op drain's time. ``on_stuck`` is called once if a handler is
-    still running ``stuck_after`` seconds after its limit fired, despite every HandlerTimeout
-    since.
+    were two a job. ``on_stuck`` is called once if a handler is still running ``stuck_after``
+    seconds after its limit fired, despite every HandlerTimeout since.
     """
 
     def __init__(self, *, on_stuck: Callable[[float], None] | None = None,

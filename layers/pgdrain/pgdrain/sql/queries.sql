@@ -1249,7 +1249,8 @@ WITH pending AS (
 ), done AS (
     -- The done rows still kept, and the done jobs that left none (pgdrain_done_counts, by
     -- the minute: "the last minute" is the current minute and the one before it, prorated).
-    SELECT queue, job_type, sum(last_minute) AS done_last_minute, sum(last_hour) AS done_last_hour
+    SELECT queue, job_type,
+           sum(last_minute) AS done_last_minute, sum(last_hour) AS done_last_hour
     FROM (
         SELECT queue, job_type,
                count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS last_minute,

@@ -2,10 +2,11 @@
 -- default from this release, a drain deletes a done job in the statement that finishes it
 -- (job_complete_forget_batch); that statement adds the jobs it deleted here, per queue, job
 -- type and minute, so that `pgdrain stats` and `top` still say how many finished in the
--- last minute and hour (job_overview_by_queue_type adds these to the done rows still kept). One row a minute
--- per queue and type, rewritten by each finishing statement (a batch, not a job): `done` is
--- in no index, so the rewrite is HOT and stays on its page, which the fillfactor leaves room
--- for. The janitor's purge deletes the rows older than an hour (job_purge_done_batch).
+-- last minute and hour (job_overview_by_queue_type adds these to the done rows still kept).
+-- One row a minute per queue and type, rewritten by each finishing statement (a batch, not
+-- a job): `done` is in no index, so the rewrite is HOT and stays on its page, which the
+-- fillfactor leaves room for. The janitor's purge deletes the rows older than an hour
+-- (job_purge_done_batch).
 CREATE TABLE pgdrain_done_counts (
     queue    text        NOT NULL,
     job_type text        NOT NULL,
