@@ -38,6 +38,7 @@ def main() -> None:
             from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     figure, axes = plt.subplots(2, 2, figsize=(12, 7.5), sharex=True)
     (rate, latency), (size, wal) = axes
@@ -56,6 +57,7 @@ def main() -> None:
     rate.set_ylabel("jobs/s out (dashed: in)")
     latency.set_ylabel("enqueue -> start p99, ms")
     latency.set_yscale("log")
+    latency.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     size.set_ylabel("jobs: heap + indexes, MB")
     wal.set_ylabel("WAL bytes a job")
     for axis in (size, wal):

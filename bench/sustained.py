@@ -3,7 +3,7 @@ index churn show (the seed's named limit: "at sustained thousands of jobs per se
 pressure on the jobs table becomes its own operational problem").
 
     .venv/bin/python bench/sustained.py --rate 5000 --minutes 30 [--producers 2] [--batch 20]
-        [--drains 4] [--retention-seconds N] [--sample-seconds 10] [--csv FILE]
+        [--drains 4] [--retention-seconds N] [--sample-seconds 10] [--csv FILE] [--system seed]
 
 On a scratch database (the embedded PostgreSQL, or DATABASE_URL's server; created and
 dropped). ``--producers`` processes enqueue no-op jobs through the library
@@ -12,6 +12,9 @@ dropped). ``--producers`` processes enqueue no-op jobs through the library
 function's real ``lambda_handler`` in a loop at its defaults (the janitor, its purge with
 ``PGDRAIN_RETENTION_SECONDS`` as shipped unless ``--retention-seconds``, its vacuum), pausing
 20 ms when a call claimed nothing. Every job records when it waited (bench/sustained_jobs.py).
+``--system seed`` runs the seed article's design instead, on its own table: plain-SQL
+enqueues (one statement a batch) and the seed's worker loop (a job a claim, its done write
+after; done rows kept, as the seed's own purge would keep a week of them).
 
 Every ``--sample-seconds`` the main process records the server's side: the table's heap and
 index sizes, live and dead tuples, vacuums (auto and the drain's own), WAL written and, when
@@ -43,17 +46,36 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "layers" / "pgdrain"), str(ROOT / "functions" / "drain"), str(ROOT)]
 
 from bench.sustained_jobs import BUCKET_SECONDS, from_bin  # noqa: E402
-from bench.throughput import server_cpu_seconds, wal_lsn  # noqa: E402
+from bench.throughput import SEED_DDL, server_cpu_seconds, wal_lsn  # noqa: E402
 
 IDLE_PAUSE = 0.02
+# --system seed: the seed article's design, its one-row claim and done write (bench/worker.py),
+# on its own table; the claim returns how long the job waited, by the database's clock.
+SEED_CLAIM = """
+UPDATE seed_jobs
+SET status = 'running', attempts = attempts + 1
+WHERE id = (
+  SELECT id FROM seed_jobs
+  WHERE status = 'pending' AND run_at <= now()
+  ORDER BY run_at
+  FOR UPDATE SKIP LOCKED
+  LIMIT 1
+)
+RETURNING id, EXTRACT(EPOCH FROM clock_timestamp() - created_at)::float8 * 1000
+"""
+SEED_COMPLETE = "UPDATE seed_jobs SET status = 'done' WHERE id = :id"
+SEED_ENQUEUE = "INSERT INTO seed_jobs (job_type) SELECT 'timed' FROM generate_series(1, :n)"
+TABLES = {"pgdrain": "jobs", "seed": "seed_jobs"}
 
 
 # --- the processes ------------------------------------------------------------------------
 
 
-def produce(url: str, rate: float, batch: int, end: float, out: str) -> None:
+def produce(url: str, rate: float, batch: int, end: float, out: str,
+            system: str = "pgdrain") -> None:
     """Enqueue ``batch`` jobs a transaction at ``rate`` jobs/s until ``end``; write how many
-    went in per bucket, and how far behind the schedule it fell at worst."""
+    went in per bucket, and how far behind the schedule it fell at worst. ``system`` seed:
+    plain SQL into the seed's table, one statement a batch."""
     import pgdrain
     from pgdrain.db import connect
 
@@ -61,29 +83,55 @@ def produce(url: str, rate: float, batch: int, end: float, out: str) -> None:
     interval, due = batch / rate, time.time()
     enqueued, worst_lag = Counter(), 0.0
     jobs = [{"job_type": "timed"} for _ in range(batch)]
-    while due < end:
+    # Until the end of the run by the clock: producers that fell behind the schedule stop
+    # there too (what they did not offer is their lag, reported), instead of enqueueing past
+    # the drains' end.
+    while due < end and time.time() < end:
         pause = due - time.time()
         if pause > 0:
             time.sleep(pause)
         else:
             worst_lag = max(worst_lag, -pause)
-        conn.run("BEGIN")
-        pgdrain.enqueue_many(conn, jobs)
-        conn.run("COMMIT")
+        if system == "seed":
+            conn.run(SEED_ENQUEUE, n=batch)
+        else:
+            conn.run("BEGIN")
+            pgdrain.enqueue_many(conn, jobs)
+            conn.run("COMMIT")
         enqueued[int(time.time() // BUCKET_SECONDS)] += batch
         due += interval
     conn.close()
     Path(out).write_text(json.dumps({"enqueued": enqueued, "worst_lag": worst_lag}))
 
 
-def drain(end: float, out: str) -> None:
-    """Call the drain function until ``end``; write the jobs' waits per bucket."""
-    import app
-
+def drain(end: float, out: str, system: str = "pgdrain", url: str = "") -> None:
+    """Call the drain function until ``end``; write the jobs' waits per bucket. ``system``
+    seed: the seed's worker loop instead, a job a claim."""
     from bench import sustained_jobs
-    from pgdrain_dev.context import LambdaContext
 
     calls = idle = 0
+    if system == "seed":
+        from pgdrain.db import connect
+
+        conn = connect(url)
+        while time.time() < end:
+            rows = conn.run(SEED_CLAIM)
+            calls += 1
+            if not rows:
+                idle += 1
+                time.sleep(IDLE_PAUSE)
+                continue
+            conn.run(SEED_COMPLETE, id=rows[0][0])
+            sustained_jobs.record_wait(rows[0][1])
+        conn.close()
+        Path(out).write_text(json.dumps({"start": sustained_jobs.start_waits,
+                                         "claim": sustained_jobs.claim_waits,
+                                         "calls": calls, "idle": idle}))
+        return
+    import app
+
+    from pgdrain_dev.context import LambdaContext
+
     while time.time() < end:
         summary = app.lambda_handler({}, LambdaContext("sustained", 60))
         calls += 1
@@ -111,12 +159,12 @@ class Sample:
     backlog: int
 
 
-def sample(conn) -> Sample:
-    row = conn.run("""
-        SELECT pg_relation_size('jobs'), pg_indexes_size('jobs'), n_live_tup, n_dead_tup,
+def sample(conn, table: str = "jobs") -> Sample:
+    row = conn.run(f"""
+        SELECT pg_relation_size('{table}'), pg_indexes_size('{table}'), n_live_tup, n_dead_tup,
                autovacuum_count + vacuum_count,
-               (SELECT count(*) FROM jobs WHERE status IN ('pending', 'running'))
-        FROM pg_stat_user_tables WHERE relname = 'jobs'""")[0]
+               (SELECT count(*) FROM {table} WHERE status IN ('pending', 'running'))
+        FROM pg_stat_user_tables WHERE relname = '{table}'""")[0]
     return Sample(at=time.time(), heap_mb=row[0] / 2**20, indexes_mb=row[1] / 2**20,
                   live=row[2], dead=row[3], vacuums=row[4], wal_mb=wal_lsn(conn) / 2**20,
                   server_cpu_s=server_cpu_seconds(), backlog=row[5])
@@ -163,15 +211,18 @@ def main() -> None:
                         help="PGDRAIN_RETENTION_SECONDS for the drains (default: as shipped)")
     parser.add_argument("--sample-seconds", type=float, default=10)
     parser.add_argument("--csv", help="write the samples here too")
+    parser.add_argument("--system", choices=sorted(TABLES), default="pgdrain",
+                        help="seed: the seed article's design (its table, its one-row claim, "
+                             "plain-SQL enqueues) in the same harness")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--end", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "produce":
-        return produce(args.url, args.rate, args.batch, args.end, args.out)
+        return produce(args.url, args.rate, args.batch, args.end, args.out, args.system)
     if args.role == "drain":
-        return drain(args.end, args.out)
+        return drain(args.end, args.out, args.system, args.url)
 
     from pgdrain.db import connect
     from pgdrain.migrate import migrate
@@ -180,6 +231,7 @@ def main() -> None:
     with scratch_database("sustained") as url, tempfile.TemporaryDirectory() as scratch:
         conn = connect(url)
         migrate(conn)
+        conn.run(SEED_DDL)
         version = conn.run("SHOW server_version")[0][0]
         run(conn, url, args, Path(scratch), version)
         conn.close()
@@ -197,17 +249,20 @@ def run(conn, url: str, args: argparse.Namespace, scratch: Path, version: str) -
     for i in range(args.producers):
         processes.append(subprocess.Popen(
             [*me, "--role", "produce", "--url", url, "--rate", str(args.rate / args.producers),
-             "--batch", str(args.batch), "--end", str(end), "--out", str(scratch / f"p{i}")],
+             "--batch", str(args.batch), "--end", str(end), "--out", str(scratch / f"p{i}"),
+             "--system", args.system],
             env=env, stdout=subprocess.DEVNULL))
     for i in range(args.drains):
         processes.append(subprocess.Popen(
-            [*me, "--role", "drain", "--rate", "0", "--end", str(end),
-             "--out", str(scratch / f"d{i}")], env=env, stdout=subprocess.DEVNULL))
+            [*me, "--role", "drain", "--rate", "0", "--end", str(end), "--url", url,
+             "--out", str(scratch / f"d{i}"), "--system", args.system], env=env,
+            stdout=subprocess.DEVNULL))
+    table = TABLES[args.system]
     time.sleep(max(0.0, start - time.time()))
-    samples = [sample(conn)]
+    samples = [sample(conn, table)]
     while time.time() < end:
         time.sleep(max(0.0, min(args.sample_seconds, end - time.time())))
-        samples.append(sample(conn))
+        samples.append(sample(conn, table))
     for process in processes:
         try:  # a drain call lasts at most its 60 s context; a producer its last batch
             code = process.wait(timeout=max(0.0, end - time.time()) + 120)
@@ -257,7 +312,8 @@ def report(args, version: str, samples: list[Sample], produced: list[dict],
             writer.writeheader()
             writer.writerows(rows)
     columns = list(rows[0])
-    print(f"\n{args.rate:,.0f} jobs/s offered for {args.minutes:g} min, {args.producers} "
+    print(f"\n{args.system}: {args.rate:,.0f} jobs/s offered for {args.minutes:g} min, "
+          f"{args.producers} "
           f"producers (batches of {args.batch}), {args.drains} drains, PostgreSQL {version}, "
           f"{os.cpu_count()} CPUs\n")
     print("| " + " | ".join(columns) + " |\n|" + "---:|" * len(columns))
@@ -280,6 +336,7 @@ def verdict(args, samples, rows, enqueued, starts, produced, drained) -> None:
     size_end = samples[-1].heap_mb + samples[-1].indexes_mb
     growth = (size_end - size_then) / size_then if size_then else 0.0
     kept_up = total_out >= 0.98 * total_in and samples[-1].backlog < 2 * args.rate
+    offered = total_in >= 0.98 * args.rate * args.minutes * 60
     flat = p99_first is not None and p99_last is not None and p99_last <= 1.5 * p99_first
     wal = (samples[-1].wal_mb - samples[0].wal_mb) * 2**20 / total_out if total_out else 0.0
     out_rates = [r["out_per_s"] for r in rows]
@@ -291,10 +348,11 @@ def verdict(args, samples, rows, enqueued, starts, produced, drained) -> None:
           f"{span:.3g} min {_ms(p99_first)}, last {span:.3g} min {_ms(p99_last)}; WAL {wal:,.0f} "
           f"bytes a job; table + indexes {size_then:,.1f} MB at two thirds, {size_end:,.1f} MB "
           f"at the end ({growth:+.1%})")
-    print(f"kept up: {'yes' if kept_up else 'NO'}; latency flat: {'yes' if flat else 'NO'}; "
+    print(f"rate offered: {'yes' if offered else 'NO (the producers fell behind)'}; "
+          f"kept up: {'yes' if kept_up else 'NO'}; latency flat: {'yes' if flat else 'NO'}; "
           f"size plateaued: {'yes' if growth < 0.05 else 'NO'}")
     print(json.dumps({"summary": {"rate": args.rate, "minutes": args.minutes,
-                                  "kept_up": kept_up, "flat": flat,
+                                  "offered": offered, "kept_up": kept_up, "flat": flat,
                                   "plateau": growth < 0.05, "p99_first_ms": p99_first,
                                   "p99_last_ms": p99_last, "wal_bytes_per_job": round(wal),
                                   "size_end_mb": round(size_end, 1),

@@ -43,3 +43,12 @@ def timed(job: pgdrain.Job) -> None:
     with _lock:
         start_waits[bucket][to_bin((now - created) * 1000)] += 1
         claim_waits[bucket][to_bin((_epoch(job.claimed_at) - created) * 1000)] += 1
+
+
+def record_wait(ms: float) -> None:
+    """A seed worker's job (bench/sustained.py --system seed): claimed and started at once,
+    ``ms`` after its enqueue."""
+    bucket = int(time.time() // BUCKET_SECONDS)
+    with _lock:
+        start_waits[bucket][to_bin(ms)] += 1
+        claim_waits[bucket][to_bin(ms)] += 1
