@@ -32,7 +32,7 @@ def test_malformed_catalogue_is_rejected(text, message):
 
 def test_every_query_the_code_names_exists_and_every_query_is_used():
     source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
-    named = set(re.findall(r"""(?:rows|one)\(\s*"([a-z_]+)\"""", source))
+    named = set(re.findall(r"""(?:rows|one|values)\(\s*"([a-z_]+)\"""", source))
     assert named, "no query names found in the code"
     assert named - set(QUERIES) == set()
     assert set(QUERIES) - named == set()

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_Result = tuple[list[str], list[Sequence[Any]]]  # a statement's column names, its rows' values
 
 
 @dataclass(frozen=True)
@@ -317,12 +318,10 @@ class Session:
         return [dict(zip(names, row, strict=True)) for row in values]
 
     def values(self, query: str, /, **params: Any) -> list[Sequence[Any]]:
-        """As ``rows``, each row as its values in the statement's column order: no dict per
-        row (a claim's batch, decoded per job on the drain's hot path)."""
+        """As ``rows``, each row its values in column order (no dict: the claim's hot path)."""
         return self._execute(query, params)[1]
 
-    def _execute(self, query: str, params: dict[str, Any]
-                 ) -> tuple[list[str], list[Sequence[Any]]]:
+    def _execute(self, query: str, params: dict[str, Any]) -> _Result:
         params = {k: _encode(v) for k, v in params.items()}
         if self.native:
             if self.deadline is not None:
@@ -336,9 +335,8 @@ class Session:
         try:
             statement, names = to_format(QUERIES[query])
             cursor.execute(statement, tuple(params[n] for n in names))
-            if cursor.description is None:
-                return [], []
-            return [c[0] for c in cursor.description], list(cursor.fetchall())
+            described = cursor.description
+            return ([c[0] for c in described], list(cursor.fetchall())) if described else ([], [])
         finally:
             cursor.close()
 
@@ -351,8 +349,7 @@ class Session:
         if sock is not None:
             sock.settimeout(left)
 
-    def _run_native(self, query: str, params: dict[str, Any]
-                    ) -> tuple[list[str], list[Sequence[Any]]]:
+    def _run_native(self, query: str, params: dict[str, Any]) -> _Result:
         if self._prepare:
             statement = self._prepared.get(query)
             if statement is None:
@@ -368,9 +365,7 @@ class Session:
         else:
             result = self.conn.run(QUERIES[query])
             columns = self.conn.columns
-        if not columns:
-            return [], []
-        return [c["name"] for c in columns], result
+        return ([c["name"] for c in columns], result) if columns else ([], [])
 
     def one(self, query: str, /, **params: Any) -> dict[str, Any] | None:
         """The first row of the named query, or None."""

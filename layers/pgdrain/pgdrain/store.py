@@ -122,8 +122,10 @@ def claim(
         for row in rows:
             del row["fair_after"]
         return [claimed_job(row) for row in rows]
-    values = session.values("job_claim_batch_by_queue" if by_queue else "job_claim_batch",
-                            **params)
+    if by_queue:
+        values = session.values("job_claim_batch_by_queue", **params)
+    else:
+        values = session.values("job_claim_batch", **params)
     return [claimed_job_from_values(v) for v in values]
 
 
@@ -169,9 +171,7 @@ def claimed_job(row: dict[str, Any]) -> Job:
 
 
 def claimed_job_from_values(values: Sequence[Any]) -> Job:
-    """A claimed job from its row's values, in job_claim_returning's order: Job's own fields'
-    order (tests/integration/test_claim.py holds the two together). A dict per row and a
-    call by keywords cost a tenth of a no-op drain's time."""
+    """A claimed job from its row's values: job_claim_returning lists Job's fields in order."""
     payload, error = decode_json(values[2])
     return Job(values[0], values[1], payload, *values[3:], payload_error=error)
 
