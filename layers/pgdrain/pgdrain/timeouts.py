@@ -40,20 +40,15 @@ def can_interrupt() -> bool:
 class TimeLimits:
     """Holds the SIGALRM handler for a drain; ``limit(seconds)`` bounds one handler call.
 
-    The handler is installed once per drain rather than per job, and the timer is left
-    running between jobs: a job whose deadline is no earlier than the timer's next alarm sets
-    nothing (an alarm that comes before the running job's deadline sets the timer again, for
-    what is left). Short jobs in a row then cost no system call each, where a set and a reset
-    were two a job. ``on_stuck`` is called once if a handler is still running ``stuck_after``
-    seconds after its limit fired, despite every HandlerTimeout since.
+    The handler is installed once per drain rather than per job: each job then costs one
+    timer set and one reset. ``on_stuck`` is called once if a handler is still running
+    ``stuck_after`` seconds after its limit fired, despite every HandlerTimeout since.
     """
 
     def __init__(self, *, on_stuck: Callable[[float], None] | None = None,
                  stuck_after: float = 1.0) -> None:
         self.active = False
         self._current: _Limit | None = None
-        self._alarm_at: float | None = None  # when the timer goes off next (monotonic)
-        self._insisting = False  # the timer is set for a limit that fired
         self._previous: object = None
         self._on_stuck = on_stuck
         self._stuck_after = stuck_after
@@ -66,41 +61,22 @@ class TimeLimits:
 
     def __exit__(self, *exc: object) -> None:
         if self.active:
-            self._set_timer(0)
+            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous)  # type: ignore[arg-type]
             self.active = False
 
-    def _set_timer(self, seconds: float, *, insisting: bool = False) -> None:
-        # Noted before it is set: an alarm in between leaves a timer set that is noted as
-        # none (the next job sets it again), never the other way round.
-        self._alarm_at = time.monotonic() + seconds if seconds else None
-        self._insisting = insisting
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-
-    def _arm(self, limit: _Limit) -> None:
-        """Make sure the timer goes off by ``limit``'s deadline. An alarm noted for a time
-        already past never came (a handler reset the timer): it is set again."""
-        self._current = limit
-        alarm_at, now = self._alarm_at, limit.deadline - limit.seconds
-        if alarm_at is None or alarm_at > limit.deadline or alarm_at < now:
-            self._set_timer(max(limit.seconds, 0.001))
-
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
-        self._alarm_at, self._insisting = None, False  # one-shot: nothing is set now
         limit = self._current
-        if limit is None:  # between jobs, or a late alarm for a block that just finished
+        if limit is None:  # a late alarm for a block that just finished
             return
         if limit.fired_at is not None and not limit.in_handler(frame):
             return  # the handler is done: the block is on its way out
         now = time.monotonic()
         if limit.fired_at is None:
-            if now < limit.deadline:  # set for an earlier job: wait out this one's time
-                self._set_timer(max(limit.deadline - now, 0.001))
-                return
             limit.fired_at = now
-            self._set_timer(GRACE_SECONDS, insisting=True)
+            signal.setitimer(signal.ITIMER_REAL, GRACE_SECONDS)
         else:
-            self._set_timer(INSIST_SECONDS, insisting=True)
+            signal.setitimer(signal.ITIMER_REAL, INSIST_SECONDS)
             limit.insist(frame)
             if (not limit.reported_stuck and self._on_stuck is not None
                     and now - limit.fired_at >= self._stuck_after):
@@ -112,24 +88,20 @@ class TimeLimits:
         return _Limit(self, seconds)
 
     def disarm(self) -> None:
-        """After a handler call, whatever state it was left in: no limit current, no timer
-        insisting for one that fired, no tracing. A timer left for the next job stays."""
+        """Stop the current limit's timer and tracing, whatever state it was left in."""
         if self.active:
             self._current = None
-            if self._insisting:
-                self._set_timer(0)
+            signal.setitimer(signal.ITIMER_REAL, 0)
             if sys.gettrace() is not None:
                 sys.settrace(None)
 
 
 class _Limit:
-    __slots__ = ("_caller", "_tracer", "deadline", "fired_at", "limits", "reported_stuck",
-                 "seconds")
+    __slots__ = ("_caller", "_tracer", "fired_at", "limits", "reported_stuck", "seconds")
 
     def __init__(self, limits: TimeLimits, seconds: float):
         self.limits = limits
         self.seconds = seconds
-        self.deadline = 0.0  # set when the block begins
         self.fired_at: float | None = None
         self.reported_stuck = False
         self._caller: FrameType | None = None
@@ -143,18 +115,15 @@ class _Limit:
     def __enter__(self) -> _Limit:
         if self.limits.active:
             self._caller = sys._getframe(1)
-            self.deadline = time.monotonic() + self.seconds
-            self.limits._arm(self)
+            self.limits._current = self
+            signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 0.001))
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self.limits.active:
             self.limits._current = None
-            # The timer is left running for the next job (see TimeLimits), unless it is set
-            # to insist, within milliseconds, for this limit that fired.
-            if self.limits._insisting:
-                self.limits._set_timer(0)
+            signal.setitimer(signal.ITIMER_REAL, 0)
             if self._tracer is not None:
                 sys.settrace(None)
                 self._tracer = None
