@@ -156,8 +156,7 @@ def tenanted(conn: Any) -> bool:
 
 def claim_alone(conn: Any, *, lease_seconds: float, queues: Sequence[str] | None = None,
                 limited_types: Sequence[str] = ()) -> Job | None:
-    """Claim one due job whose claim was lost before, alone, its start recorded (None if
-    there is none): see ``policy.after_lost_lease``."""
+    """Claim alone, its start recorded, a due job that lost a claim before (or None)."""
     row = as_session(conn).one("job_claim_alone", lease_seconds=lease_seconds,
                                queues=list(queues) if queues else None,
                                limited_types=list(limited_types) or None)
@@ -172,8 +171,9 @@ def claimed_job(row: dict[str, Any]) -> Job:
 
 def claimed_job_from_values(values: Sequence[Any]) -> Job:
     """A claimed job from its row's values: job_claim_returning lists Job's fields in order."""
-    payload, error = decode_json(values[2])
-    return Job(values[0], values[1], payload, *values[3:], payload_error=error)
+    fields = [*values, None]  # then payload_error
+    fields[2], fields[-1] = decode_json(values[2])
+    return Job(*fields)
 
 
 def decode_json(text: str | None) -> tuple[Any, str | None]:
