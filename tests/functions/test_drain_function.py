@@ -308,10 +308,15 @@ def test_logs_and_metrics(load_function, conn, capsys, database_url):
     capsys.readouterr()
     app.lambda_handler({}, LambdaContext(request_id="req-123"))
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    # Done jobs are logged a hundred to a line; other outcomes one line each.
+    # Done jobs are logged a batch to a line, grouped by queue and type; other outcomes one
+    # line each.
     jobs = [r for r in lines if r.get("job_id")]
-    jobs += [{**job, "correlation_id": r["correlation_id"]}
-             for r in lines if r.get("message") == "jobs done" for job in r["jobs"]]
+    jobs += [{"job_id": job_id, "job_type": group["job_type"], "queue": group["queue"],
+              "attempt": attempt, "duration_ms": duration, "outcome": r["outcome"],
+              "correlation_id": r["correlation_id"]}
+             for r in lines if r.get("message") == "jobs done" for group in r["jobs"]
+             for job_id, attempt, duration in zip(group["job_ids"], group["attempts"],
+                                                  group["duration_ms"], strict=True)]
     assert {(r["job_type"], r["outcome"], r["attempt"]) for r in jobs} == {
         ("test-noop", "done", 1), ("test-boom", "retried", 1)}
     assert all(r["correlation_id"] == "req-123" and "duration_ms" in r for r in jobs)
@@ -321,6 +326,37 @@ def test_logs_and_metrics(load_function, conn, capsys, database_url):
             "JobsReleased", "StaleWrites", "JobDuration", "QueueLag", "Backlog",
             "OldestDueAge"} <= names
     assert (emf["JobsClaimed"], emf["JobsDone"], emf["JobsRetried"]) == ([2.0], [1.0], [1.0])
+
+
+def test_a_drain_of_many_jobs_logs_each_done_job_and_samples_a_hundred_values(
+        load_function, conn, capsys):
+    # Done jobs are grouped by queue and type in their lines; the per-job metrics are a
+    # sample of 100 values in one EMF document, the counts exact.
+    ids = pgdrain.enqueue_many(conn, [{"job_type": "test-noop", "queue": f"q{i % 2}"}
+                                      for i in range(150)])
+    app = load_function("drain")
+    capsys.readouterr()
+    summary = app.lambda_handler({}, LambdaContext())
+    assert summary["done"] == 150
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    done = [r for r in lines if r.get("message") == "jobs done"]
+    logged = {(group["queue"], job_id) for r in done for group in r["jobs"]
+              for job_id in group["job_ids"]}
+    assert sum(r["done"] for r in done) == 150
+    assert all(len(g["job_ids"]) == len(g["attempts"]) == len(g["duration_ms"])
+               for r in done for g in r["jobs"])
+    assert {q for q, _ in logged} == {"q0", "q1"}
+    assert logged == {(f"q{i % 2}", r.id) for i, r in enumerate(ids)}
+    documents = [r for r in lines if "_aws" in r]
+    values = {}
+    for document in documents:
+        for name in ("JobDuration", "QueueLag", "JobsDone"):
+            if name in document:
+                found = document[name]
+                values.setdefault(name, []).extend(found if isinstance(found, list)
+                                                   else [found])
+    assert len(values["JobDuration"]) == len(values["QueueLag"]) == 100
+    assert sum(values["JobsDone"]) == 150
 
 
 def test_no_secret_in_logs_or_metrics(load_function, conn, capsys, database_url, monkeypatch):
