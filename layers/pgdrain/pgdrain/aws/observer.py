@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime
-from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
