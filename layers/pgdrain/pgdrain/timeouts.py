@@ -49,6 +49,8 @@ class TimeLimits:
                  stuck_after: float = 1.0) -> None:
         self.active = False
         self._current: _Limit | None = None
+        self._armed = False
+        """The timer may be set: a limit began and did not reset it on its way out."""
         self._previous: object = None
         self._on_stuck = on_stuck
         self._stuck_after = stuck_after
@@ -88,10 +90,13 @@ class TimeLimits:
         return _Limit(self, seconds)
 
     def disarm(self) -> None:
-        """Stop the current limit's timer and tracing, whatever state it was left in."""
+        """Stop the current limit's timer and tracing, whatever state it was left in (after
+        a limit that ended as it should, there is nothing to stop: no system call)."""
         if self.active:
             self._current = None
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            if self._armed:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                self._armed = False
             if sys.gettrace() is not None:
                 sys.settrace(None)
 
@@ -116,6 +121,7 @@ class _Limit:
         if self.limits.active:
             self._caller = sys._getframe(1)
             self.limits._current = self
+            self.limits._armed = True
             signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 0.001))
         return self
 
@@ -124,6 +130,7 @@ class _Limit:
         if self.limits.active:
             self.limits._current = None
             signal.setitimer(signal.ITIMER_REAL, 0)
+            self.limits._armed = False
             if self._tracer is not None:
                 sys.settrace(None)
                 self._tracer = None
