@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+
+import pytest
 
 import pgdrain
 from pgdrain.db import Session
@@ -80,8 +83,9 @@ def test_claim_uses_the_pending_index_with_a_large_history(conn, sql):
 
 
 def test_every_claim_returns_the_jobs_fields_in_their_order(conn):
-    # The plain claims build each Job from its row's values by position
-    # (store.claimed_job_from_values): the columns must be Job's fields, in order.
+    # The claims that return rows (job_claim_returning) name Job's fields, in order; the
+    # plain claims' document (job_claim_document) holds as many values, in the same order
+    # (the next test reads them back as a row would give them).
     from dataclasses import fields
 
     from pgdrain.models import Job
@@ -89,27 +93,51 @@ def test_every_claim_returns_the_jobs_fields_in_their_order(conn):
     expected = [f.name for f in fields(Job)][:15]
     assert expected[-1] == "tenant" and "payload_error" not in expected
     pgdrain.enqueue_many(conn, [{"job_type": "a", "payload": {"n": 1}, "queue": "q"},
-                                {"job_type": "b", "dedupe_key": "k"}])
+                                {"job_type": "b", "dedupe_key": "k"}, {"job_type": "c"}])
     session = Session(conn)
+    [row] = session.rows("job_claim_ids", ids=[conn.run("SELECT min(id) FROM jobs")[0][0]],
+                         lease_seconds=60)
+    assert list(row) == expected
     for name in ("job_claim_batch", "job_claim_batch_by_queue"):
-        rows = session.rows(name, batch_size=1, lease_seconds=60, queues=None,
-                            limited_types=None)
-        assert list(rows[0]) == expected, name
+        [[document]] = session.values(name, batch_size=1, lease_seconds=60, queues=None,
+                                      limited_types=None)
+        [values] = json.loads(document)
+        assert len(values) == len(expected), name
+    [[document]] = session.values("job_claim_batch", batch_size=1, lease_seconds=60,
+                                  queues=None, limited_types=None)
+    assert document is None  # nothing left: no row of jobs, no empty array
     assert pgdrain.claim(conn, batch_size=5, lease_seconds=60) == []
 
 
-def test_a_claimed_job_is_built_alike_from_values_and_from_a_row(conn):
-    from pgdrain.store import claimed_job, claimed_job_from_values
+RETURNING = """id, job_type, payload::text AS payload, attempts, max_attempts, queue, priority,
+run_at, created_at, claimed_at, lease_expires_at, lease_token::text AS lease_token,
+dedupe_key, lost_claims, tenant"""
+"""job_claim_returning's columns, to read a claimed job back as a row."""
 
-    pgdrain.enqueue(conn, "a", {"n": [1, 2]}, queue="q", priority=3, dedupe_key="k")
+
+@pytest.mark.parametrize("by_queue", [False, True])
+def test_a_claimed_job_is_the_same_from_the_document_as_from_its_row(conn, by_queue):
+    # Every value comes back from the plain claim's JSON document as the job's row gives it:
+    # text exactly, numbers, payloads (one Python cannot decode fails alone), and timestamps
+    # Python has no datetime for as PostgreSQL's text.
+    from pgdrain import store
+    from pgdrain.claimed import claimed_job
+
+    text = "tab\t quote\" backslash\\ é \u2028 \U0001f600 \x01 \u00a0 end "
+    pgdrain.enqueue(conn, "a", {"n": [1, 2.5], "s": text, "big": 2**70}, queue=text,
+                    priority=-3, dedupe_key=text)
     conn.run("INSERT INTO jobs (job_type, payload) VALUES ('bad', "
              "('[' || repeat('[', 3000) || repeat(']', 3000) || ']')::jsonb)")
-    session = Session(conn)
-    rows = session.rows("job_claim_batch", batch_size=5, lease_seconds=60, queues=None,
-                        limited_types=None)
-    by_values = [claimed_job_from_values(list(r.values())) for r in rows]
-    assert by_values == [claimed_job(dict(r)) for r in rows]
-    jobs = {j.job_type: j for j in by_values}
-    assert jobs["a"].payload == {"n": [1, 2]} and jobs["a"].payload_error is None
-    assert (jobs["a"].priority, jobs["a"].dedupe_key) == (3, "k")
-    assert jobs["bad"].payload is None and jobs["bad"].payload_error
+    conn.run("INSERT INTO jobs (job_type, run_at, created_at) "
+             "VALUES ('old', '-infinity', '0044-03-15 12:00:00+00 BC')")
+    jobs = store.claim(conn, batch_size=5, lease_seconds=60, by_queue=by_queue)
+    assert [j.job_type for j in jobs] == ["a", "old", "bad"]
+    rows = {r[0]: dict(zip([c["name"] for c in conn.columns], r, strict=True))
+            for r in conn.run(f"SELECT {RETURNING} FROM jobs")}
+    assert jobs == [claimed_job(rows[job.id]) for job in jobs]
+    a, old, bad = jobs
+    assert a.payload == {"n": [1, 2.5], "s": text, "big": 2**70} and a.payload_error is None
+    assert (a.queue, a.dedupe_key, a.priority, a.attempts) == (text, text, -3, 1)
+    assert bad.payload is None and "nested too deeply" in bad.payload_error
+    assert old.run_at == "-infinity" and old.created_at.endswith(" BC")
+    assert a.claimed_at.tzinfo is not None and a.lease_expires_at > a.claimed_at

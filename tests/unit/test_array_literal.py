@@ -64,12 +64,12 @@ def test_int_and_float_subclasses_are_written_as_numbers():
 def test_a_payload_too_big_for_memory_fails_its_job_alone(monkeypatch):
     import json
 
-    from pgdrain import store
+    from pgdrain import claimed
 
     def out_of_memory(text):
         raise MemoryError
 
     monkeypatch.setattr(json, "loads", out_of_memory)
-    assert store.decode_json('{"x": 1}') == (
+    assert claimed.decode_json('{"x": 1}') == (
         None, "the stored JSON (8 characters) does not fit in this process's memory once "
               "decoded")

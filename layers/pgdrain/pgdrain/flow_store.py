@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .claimed import claimed_job
 from .db import Session, array_literal, as_session
 from .models import Candidate, FlowLimits, Job, Rate, RateWindow
-from .store import claimed_job
 
 
 def declare_type_rates(conn: Any, rates: Mapping[str, Rate]) -> None:

@@ -10,11 +10,11 @@ reports the writes that were stale.
 from __future__ import annotations
 
 import contextlib
-import json
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from .claimed import claimed_job, claimed_jobs_from_document, decode_json
 from .db import UNIQUE_VIOLATION, Session, as_session, sqlstate
 from .errors import InvalidJobId
 from .models import (
@@ -123,10 +123,10 @@ def claim(
             del row["fair_after"]
         return [claimed_job(row) for row in rows]
     if by_queue:
-        values = session.values("job_claim_batch_by_queue", **params)
+        [[document]] = session.values("job_claim_batch_by_queue", **params)
     else:
-        values = session.values("job_claim_batch", **params)
-    return [claimed_job_from_values(v) for v in values]
+        [[document]] = session.values("job_claim_batch", **params)
+    return claimed_jobs_from_document(document)
 
 
 # Per connection, the last tenant a fair claim served: the next starts after it, and so every
@@ -163,35 +163,6 @@ def claim_alone(conn: Any, *, lease_seconds: float, queues: Sequence[str] | None
     return None if row is None else claimed_job(row)
 
 
-def claimed_job(row: dict[str, Any]) -> Job:
-    payload, row["payload_error"] = decode_json(row["payload"])
-    row["payload"] = payload
-    return Job(**row)
-
-
-def claimed_job_from_values(values: Sequence[Any]) -> Job:
-    """A claimed job from its row's values: job_claim_returning lists Job's fields in order."""
-    fields = [*values, None]  # then payload_error
-    fields[2], fields[-1] = decode_json(values[2])
-    return Job(*fields)
-
-
-def decode_json(text: str | None) -> tuple[Any, str | None]:
-    """A JSON column read as text, decoded: ``(value, None)``, or ``(None, why)`` when
-    Python cannot hold it (PostgreSQL's jsonb accepts numbers of any size and any depth)."""
-    if text is None:
-        return None, None
-    try:
-        return json.loads(text), None
-    except RecursionError:
-        return None, "the stored JSON is nested too deeply to decode"
-    except MemoryError:
-        return None, (f"the stored JSON ({len(text):,} characters) does not fit in this "
-                      "process's memory once decoded")
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        return None, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
-
-
 def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] = ()
                 ) -> Written:
     """Write how claims ended, in one statement; ``stale`` lists those whose claim was lost.
@@ -202,10 +173,10 @@ def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] 
         return Written()
     forgotten = [f for f in finishes if f.forget]
     if forgotten:  # done rows not kept: those jobs' rows go (see the catalogue)
-        rows = as_session(conn).rows("job_complete_forget_batch",
-                                     ids=[f.id for f in forgotten],
-                                     tokens=[f.lease_token for f in forgotten])
-        gone = _written([f.id for f in forgotten], rows)
+        stale = as_session(conn).values("job_complete_forget_batch",
+                                        ids=[f.id for f in forgotten],
+                                        tokens=[f.lease_token for f in forgotten])
+        gone = _written_but([f.id for f in forgotten], {row[0] for row in stale})
         if len(forgotten) == len(finishes):
             return gone
         rest = finish_many(conn, [f for f in finishes if not f.forget], hooked=hooked)
@@ -273,6 +244,11 @@ def _written(ids: list[int], rows: list[dict[str, Any]]) -> Written:
     changed = {r["id"] for r in rows}
     return Written(ids=tuple(i for i in ids if i in changed),
                    stale=tuple(i for i in ids if i not in changed))
+
+
+def _written_but(ids: list[int], stale: set[int]) -> Written:
+    return Written(ids=tuple(i for i in ids if i not in stale),
+                   stale=tuple(i for i in ids if i in stale))
 
 
 def error_text(error: str) -> str:

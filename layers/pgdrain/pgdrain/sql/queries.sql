@@ -40,6 +40,22 @@ WHERE jobs.job_type = t.job_type
 ORDER BY jobs.priority, jobs.run_at, jobs.id
 LIMIT 1000
 
+-- fragment: job_claim_document
+-- What the plain claims (job_claim_batch, job_claim_batch_by_queue) return: the jobs the
+-- claimed CTE claimed (job_claim_returning's columns, in that order) as one JSON array of
+-- arrays in claim order, one row and one value for the batch (NULL: none), which the client
+-- decodes in one call (store.claimed_jobs_from_document). Read as fifteen columns a row,
+-- the driver's decoding cost a no-op drain more CPU than anything else it did (a fifth of
+-- its time, docs/benchmarks.md). Each value is as the columns give it: the payload as its
+-- JSON text (decoded job by job, as a row's), timestamps as text, decoded as the driver
+-- decodes a row's.
+SELECT json_agg(json_build_array(
+           id, job_type, payload, attempts, max_attempts, queue, priority, run_at::text,
+           created_at::text, claimed_at::text, lease_expires_at::text, lease_token,
+           dedupe_key, lost_claims, tenant)
+       ORDER BY priority, run_at, id)::text AS jobs
+FROM claimed
+
 -- fragment: job_claim_due
 -- The CTE that claims the ids a claim's `due` CTE locked (job_claim_set), returning each
 -- (job_claim_returning). The ids as an array: joined to the CTE, a generic plan guessed many
@@ -640,9 +656,9 @@ RETURNING {{job_claim_returning(j)}}
 -- LOCKED, flip them to running, spend an attempt and stamp the lease (job_claim_set). The
 -- MATERIALIZED CTE runs the locking SELECT exactly once; `WHERE id IN (SELECT ... LIMIT n FOR
 -- UPDATE SKIP LOCKED)` may be re-evaluated by the planner and claim more than n rows.
--- UPDATE ... RETURNING has no order: the outer SELECT returns the batch in claim order. A job
--- whose claim was lost before is left to job_claim_alone, and one naming a tenant to
--- job_claim_fair. The first claimable jobs off jobs_pending_idx: the claim while no queue is
+-- UPDATE ... RETURNING has no order: the batch comes back in claim order, as one JSON
+-- document (job_claim_document). A job whose claim was lost before is left to
+-- job_claim_alone, and one naming a tenant to job_claim_fair. The first claimable jobs off jobs_pending_idx: the claim while no queue is
 -- paused, capped or rate-limited. Beside such a queue it is still right (job_queue_plain
 -- leaves its jobs out) but reads every one of them ahead of the first open job, on each claim
 -- (4 times slower behind a paused 100,000): the drain claims with job_claim_batch_by_queue
@@ -659,7 +675,7 @@ WITH due AS MATERIALIZED (
     LIMIT :batch_size::int
     FOR UPDATE SKIP LOCKED
 ), {{job_claim_due}}
-SELECT * FROM claimed ORDER BY priority, run_at, id
+{{job_claim_document}}
 
 -- name: job_claim_batch_by_queue
 -- job_claim_batch read queue by queue, for a drain beside a paused, capped or rate-limited
@@ -693,7 +709,7 @@ WITH RECURSIVE
     ORDER BY d.priority, d.run_at, d.id
     LIMIT :batch_size::int
 ), {{job_claim_due}}
-SELECT * FROM claimed ORDER BY priority, run_at, id
+{{job_claim_document}}
 
 -- name: job_claim_candidates
 -- The due jobs a controlled claim may start: up to each capped or rate-limited queue's room
@@ -993,8 +1009,9 @@ RETURNING j.id
 -- jobs_done_finished_idx, and the purge then deletes it all the same (docs/benchmarks.md,
 -- "What a job writes"). A job holding a dedupe key is kept done as job_complete_batch
 -- writes it: a unique window counts done rows (job_enqueue_batch), and the janitor's purge
--- takes it. Each row is guarded by its claim; the ids that come back are the ones that
--- changed, any other was a stale write. The deleted ones are counted in pgdrain_done_counts
+-- takes it. Each row is guarded by its claim; the ids that come back are the stale writes
+-- (changed nothing: the claim was lost), so a batch normally returns no row to decode. The
+-- deleted ones are counted in pgdrain_done_counts
 -- (job_overview_by_queue_type reads them), a row per queue and type, taken in one order by
 -- every such statement so that two drains' batches never wait on each other's counts in a
 -- cycle.
@@ -1025,9 +1042,8 @@ WITH c AS (
       AND j.dedupe_key IS NOT NULL
     RETURNING j.id
 )
-SELECT id FROM forgotten
-UNION ALL
-SELECT id FROM kept
+SELECT c.id FROM c
+WHERE c.id NOT IN (SELECT id FROM forgotten UNION ALL SELECT id FROM kept)
 
 -- name: job_control_sync
 -- While jobs run: write the progress their handlers reported (NULL: none since the last sync)
