@@ -5,30 +5,20 @@ clock), in a histogram per second that the drain process writes out when it ends
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import Counter, defaultdict
 from datetime import datetime
 
 import pgdrain
-
-BUCKET_SECONDS = 1
-# Histogram bins: 5 % apart from 0.01 ms, so a percentile read off them is within 5 %.
-BIN_BASE_MS, BIN_RATIO = 0.01, 1.05
+from bench.sustained_bins import BUCKET_SECONDS, to_bin
 
 _lock = threading.Lock()
 start_waits: defaultdict[int, Counter[int]] = defaultdict(Counter)
 claim_waits: defaultdict[int, Counter[int]] = defaultdict(Counter)
-
-
-def to_bin(ms: float) -> int:
-    return max(0, int(math.log(max(ms, BIN_BASE_MS) / BIN_BASE_MS) / math.log(BIN_RATIO)))
-
-
-def from_bin(index: int) -> float:
-    """The bin's upper edge, in ms (a percentile is reported as at most this)."""
-    return BIN_BASE_MS * BIN_RATIO ** (index + 1)
+claim_calls: defaultdict[int, Counter[int]] = defaultdict(Counter)
+"""How long each claim statement took (ms), per second: the drain's claim, timed around
+the store's call (bench/sustained.py wraps it)."""
 
 
 def _epoch(value: datetime | str) -> float:
@@ -43,6 +33,12 @@ def timed(job: pgdrain.Job) -> None:
     with _lock:
         start_waits[bucket][to_bin((now - created) * 1000)] += 1
         claim_waits[bucket][to_bin((_epoch(job.claimed_at) - created) * 1000)] += 1
+
+
+def record_claim_call(ms: float) -> None:
+    bucket = int(time.time() // BUCKET_SECONDS)
+    with _lock:
+        claim_calls[bucket][to_bin(ms)] += 1
 
 
 def record_wait(ms: float) -> None:
