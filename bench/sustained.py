@@ -91,7 +91,7 @@ PEERS_SCRIPT = str(ROOT / "bench" / "sustained_peers.py")
 # --- the processes ------------------------------------------------------------------------
 
 
-def produce(url: str, rate: float, batch: int, end: float, out: str,
+def produce(url: str, rate: float, batch: int, begin: float, end: float, out: str,
             system: str = "pgdrain") -> None:
     """Enqueue ``batch`` jobs a transaction at ``rate`` jobs/s until ``end``; write how many
     went in per bucket, and how far behind the schedule it fell at worst. ``system`` seed:
@@ -100,7 +100,7 @@ def produce(url: str, rate: float, batch: int, end: float, out: str,
     from pgdrain.db import connect
 
     conn = connect(url)
-    interval, due = batch / rate, time.time()
+    interval, due = batch / rate, max(begin, time.time())
     enqueued, worst_lag = Counter(), 0.0
     jobs = [{"job_type": "timed"} for _ in range(batch)]
     single = batch == 1 and system != "seed"
@@ -261,11 +261,13 @@ def main() -> None:
                              "(PEERS_PYTHON)")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--begin", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--end", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "produce":
-        return produce(args.url, args.rate, args.batch, args.end, args.out, args.system)
+        return produce(args.url, args.rate, args.batch, args.begin, args.end, args.out,
+                       args.system)
     if args.role == "drain":
         return drain(args.end, args.out, args.system, args.url)
     if (args.rate is None) == (args.find_rate is None):
@@ -326,9 +328,10 @@ def run(conn, url: str, args: argparse.Namespace, scratch: Path, version: str) -
     for i, (rate, batch) in enumerate(producers):
         out = str(scratch / f"p{i}")
         command = ([PEERS_PYTHON, PEERS_SCRIPT, "produce", url, str(rate), str(batch),
-                    str(end), out] if args.system == "pgqueuer" else
+                    str(start), str(end), out] if args.system == "pgqueuer" else
                    [*me, "--role", "produce", "--url", url, "--rate", str(rate), "--batch",
-                    str(batch), "--end", str(end), "--out", out, "--system", args.system])
+                    str(batch), "--begin", str(start), "--end", str(end), "--out", out,
+                    "--system", args.system])
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL))
     for i in range(args.drains):
         out = str(scratch / f"d{i}")

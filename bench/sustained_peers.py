@@ -2,12 +2,13 @@
 producer and its worker, run with the peers' Python (PEERS_PYTHON, ``make bench-peers``).
 
     $PEERS_PYTHON bench/sustained_peers.py install URL
-    $PEERS_PYTHON bench/sustained_peers.py produce URL RATE BATCH END OUT
+    $PEERS_PYTHON bench/sustained_peers.py produce URL RATE BATCH BEGIN END OUT
     $PEERS_PYTHON bench/sustained_peers.py consume URL END OUT
 
 ``produce`` enqueues ``BATCH`` no-op jobs a statement (``Queries.enqueue`` with lists: one
-statement, its own transaction) at ``RATE`` jobs/s until ``END`` (epoch seconds), on the same
-fixed schedule as pgdrain's producers, and writes how many went in per second. ``consume``
+statement, its own transaction) at ``RATE`` jobs/s from ``BEGIN`` until ``END`` (epoch
+seconds), on the same fixed schedule as pgdrain's producers, and writes how many went in per
+second. ``consume``
 runs ``QueueManager.run`` at PgQueuer's defaults (continuous mode, batch_size 10, its
 LISTEN/NOTIFY wake-ups) until ``END``, and writes each job's wait from its enqueue
 (``created``, the database's clock) to its start (this machine's clock: the server runs here)
@@ -41,14 +42,15 @@ async def install(url: str) -> None:
     await conn.close()
 
 
-async def produce(url: str, rate: float, batch: int, end: float, out: str) -> None:
+async def produce(url: str, rate: float, batch: int, begin: float, end: float,
+                  out: str) -> None:
     import asyncpg
     from pgqueuer.db import AsyncpgDriver
     from pgqueuer.queries import Queries
 
     conn = await asyncpg.connect(url)
     queries = Queries(AsyncpgDriver(conn))
-    interval, due = batch / rate, time.time()
+    interval, due = batch / rate, max(begin, time.time())
     enqueued: Counter[int] = Counter()
     worst_lag = 0.0
     while due < end and time.time() < end:
@@ -103,8 +105,8 @@ def main() -> None:
     if action == "install":
         asyncio.run(install(url))
     elif action == "produce":
-        rate, batch, end, out = rest
-        asyncio.run(produce(url, float(rate), int(batch), float(end), out))
+        rate, batch, begin, end, out = rest
+        asyncio.run(produce(url, float(rate), int(batch), float(begin), float(end), out))
     elif action == "consume":
         end, out = rest
         asyncio.run(consume(url, float(end), out))
