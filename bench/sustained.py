@@ -9,13 +9,14 @@ pressure on the jobs table becomes its own operational problem").
 
 On a scratch database (the embedded PostgreSQL, or DATABASE_URL's server; created and
 dropped). ``--producers`` processes enqueue no-op jobs through the library
-(``pgdrain.enqueue_many``, ``--batch`` jobs per transaction) and one more enqueues single
-jobs (``pgdrain.enqueue``, a transaction each) carrying ``--singles`` of the rate: ``--rate``
-jobs/s in all, on a fixed schedule. ``--drains`` processes call the drain function's real
-``lambda_handler`` in a loop at its defaults (the janitor, its purge with
-``PGDRAIN_RETENTION_SECONDS`` as shipped unless ``--retention-seconds``, its vacuum), pausing
-20 ms when a call claimed nothing. Every job records when it waited (bench/sustained_jobs.py),
-and each drain how long its claim statements took.
+(``pgdrain.enqueue_many``, ``--batch`` jobs per transaction) and more enqueue single jobs
+(``pgdrain.enqueue``, a transaction each; one process per 200 a second) carrying
+``--singles`` of the rate: ``--rate`` jobs/s in all, on a fixed schedule. ``--drains``
+processes call the drain function's real ``lambda_handler`` in a loop at its defaults (the
+janitor, its purge with ``PGDRAIN_RETENTION_SECONDS`` as shipped unless
+``--retention-seconds``, its vacuum), pausing 20 ms when a call claimed nothing. Every job
+records when it waited (bench/sustained_jobs.py), and each drain how long its claim
+statements took.
 
 ``--system seed`` runs the seed article's design instead, on its own table: plain-SQL
 enqueues (one statement a batch) and the seed's worker loop (a job a claim, its done write
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -308,12 +310,20 @@ def run_at(args: argparse.Namespace) -> dict:
             conn.close()
 
 
+SINGLES_PER_PRODUCER = 200
+"""Single enqueues one producer offers a second at most: each is a transaction that waits for
+its commit's WAL flush (a few ms here), so more of them run side by side, as an application's
+requests would, and share flushes (group commit)."""
+
+
 def _producers(args: argparse.Namespace) -> list[tuple[float, int]]:
     """Each producer's (rate, batch): ``--producers`` batch producers sharing what the single
-    enqueues (``--singles`` of the rate, one more producer) leave."""
+    enqueues (``--singles`` of the rate, SINGLES_PER_PRODUCER a process) leave."""
     singles = args.rate * args.singles if args.batch > 1 else 0.0
     batched = (args.rate - singles) / args.producers
-    return [(batched, args.batch)] * args.producers + ([(singles, 1)] if singles else [])
+    single_producers = math.ceil(singles / SINGLES_PER_PRODUCER)
+    return ([(batched, args.batch)] * args.producers
+            + [(singles / single_producers, 1)] * single_producers)
 
 
 def run(conn, url: str, args: argparse.Namespace, scratch: Path, version: str) -> dict:
