@@ -171,14 +171,37 @@ def test_janitor_skips_while_another_drain_holds_its_lock(database_url, conn):
     assert json.loads(result.stdout)["ran"] is False
 
 
-@pytest.mark.parametrize("database_url_value", [None, ""], ids=["unset", "empty"])
-def test_without_a_database_exits_2_saying_how_to_give_one(database_url_value, tmp_path):
-    # No setting and no `make demo` database (the temp dir is empty).
-    result = pgdrain_cli(database_url_value, "stats", tmpdir=str(tmp_path))
+def test_without_a_database_exits_2_saying_how_to_give_one(tmp_path):
+    # No setting: an error, never the demo's database unasked (the temp dir is empty here).
+    result = pgdrain_cli(None, "stats", tmpdir=str(tmp_path))
     assert result.returncode == 2
     assert "no database configured: set DATABASE_URL, or DB_SECRET_ARN" in result.stderr
-    assert "make demo" in result.stderr
+    assert "--demo" in result.stderr and "make demo" in result.stderr
     assert result.stdout == ""
+
+
+def test_a_blank_database_url_is_an_error_that_says_so(tmp_path):
+    result = pgdrain_cli(" ", "stats", tmpdir=str(tmp_path))
+    assert result.returncode == 2
+    assert "DATABASE_URL is set but empty" in result.stderr
+    assert result.stdout == ""
+
+
+def test_every_command_says_which_database_it_is_on(database_url, conn):
+    from pgdrain.db import parse_database_url
+
+    params = parse_database_url(database_url)
+    pgdrain.enqueue(conn, "where")
+    for args in (("stats",), ("list", "--json"), ("show", "1"), ("schedules",), ("janitor",),
+                 ("top", "--once")):
+        result = pgdrain_cli(database_url, *args)
+        first = result.stderr.splitlines()[0]
+        assert first == (f"pgdrain {args[0]}: database {params.user}@{params.where} "
+                         "(DATABASE_URL)"), (args, result.stderr)
+        assert PASSWORD not in result.stderr + result.stdout
+    frame = pgdrain_cli(database_url, "top", "--once").stdout.splitlines()
+    assert frame[1] == f"database {params.user}@{params.where} (DATABASE_URL)"
+    assert json.loads(pgdrain_cli(database_url, "list", "--json").stdout)  # stdout: JSON only
 
 
 @pytest.mark.parametrize("url", [
@@ -245,8 +268,9 @@ def test_a_database_error_prints_the_servers_message_only(empty_database_url):
     # the record pg8000 carries (severity, source file, line, routine).
     result = pgdrain_cli(empty_database_url, "requeue", "--all")
     assert result.returncode == 1
-    assert result.stderr.strip() == ('pgdrain requeue: the database refused it: relation "jobs" '
-                                     'does not exist (SQLSTATE 42P01)')
+    assert result.stderr.strip().splitlines()[-1] == (
+        'pgdrain requeue: the database refused it: relation "jobs" does not exist '
+        '(SQLSTATE 42P01)')
 
 
 def test_the_library_refuses_an_id_no_job_can_have(conn):
@@ -318,7 +342,7 @@ def test_show_prints_every_field_and_the_last_error(database_url, conn):
 
     missing = pgdrain_cli(database_url, "show", "987654321")
     assert missing.returncode == 1
-    assert missing.stderr.strip() == "pgdrain show: there is no job 987654321"
+    assert missing.stderr.strip().splitlines()[-1] == "pgdrain show: there is no job 987654321"
 
 
 def test_requeue_selects_by_type_or_queue_or_all_in_batches(database_url, conn, sql):
@@ -417,12 +441,13 @@ def test_top_quits_cleanly_on_ctrl_c(database_url):
     finally:
         process.kill()
     assert process.returncode == 0
-    assert err == ""
+    assert [line.split(": database ")[0] for line in err.splitlines()] == ["pgdrain top"]
     assert out.count("pgdrain top") >= 2  # it refreshed before Ctrl-C
 
 
-def test_without_settings_it_reaches_the_demo_database(tmp_path, monkeypatch):
-    # `make demo` leaves its embedded database; with no setting the command finds it.
+def test_with_demo_it_reaches_the_demo_database_and_only_then(tmp_path, monkeypatch):
+    # `make demo` leaves its embedded database: --demo reaches it; without --demo and with
+    # nothing configured, the command refuses rather than showing the demo's queue.
     pytest.importorskip("pgserver")
     import tempfile
 
@@ -437,9 +462,19 @@ def test_without_settings_it_reaches_the_demo_database(tmp_path, monkeypatch):
             pgdrain.enqueue(conn, "from-the-demo")
         finally:
             conn.close()
-    result = pgdrain_cli(None, "list", "--json", tmpdir=str(tmp_path))
+    result = pgdrain_cli(None, "list", "--json", "--demo", tmpdir=str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert [r["job_type"] for r in json.loads(result.stdout)] == ["from-the-demo"]
+    assert "(the demo's embedded database (--demo))" in result.stderr.splitlines()[0]
+    unasked = pgdrain_cli(None, "list", "--json", tmpdir=str(tmp_path))
+    assert unasked.returncode == 2 and "no database configured" in unasked.stderr
+
+
+def test_demo_without_a_demo_database_says_to_run_make_demo(tmp_path):
+    pytest.importorskip("pgserver")
+    result = pgdrain_cli(None, "stats", "--demo", tmpdir=str(tmp_path))
+    assert result.returncode == 2
+    assert "no demo database on this machine; run `make demo`" in result.stderr
 
 
 def test_it_reaches_the_database_through_a_secret_as_the_functions_do(aws, database_url, conn):

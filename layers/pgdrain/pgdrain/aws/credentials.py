@@ -100,7 +100,15 @@ def connect_params_from_env(
 
 def connect_from_env(env: Mapping[str, str] | None = None, *, timeout: float | None = None
                      ) -> pg8000.native.Connection:
-    """Open a pg8000 native connection (autocommit) with ``connect_params_from_env``.
+    """Open a pg8000 native connection (autocommit) with ``connect_params_from_env``
+    (``open_from_env``, without where it went)."""
+    return open_from_env(env, timeout=timeout)[0]
+
+
+def open_from_env(env: Mapping[str, str] | None = None, *, timeout: float | None = None
+                  ) -> tuple[pg8000.native.Connection, ConnectParams]:
+    """Open a pg8000 native connection (autocommit) with ``connect_params_from_env``, and the
+    parameters it was opened with (``where`` says where, without the password).
 
     ``timeout`` (seconds) bounds the connect and login (see ``pgdrain.db.connect``).
 
@@ -116,7 +124,7 @@ def connect_from_env(env: Mapping[str, str] | None = None, *, timeout: float | N
     # An exception the caller is handling is no part of this failure's story.
     outer = sys.exc_info()[1]
     try:
-        return connect(params, timeout=_left(deadline))
+        return connect(params, timeout=_left(deadline)), params
     except Exception as exc:
         failure: Exception = exc
     retried = False
@@ -128,7 +136,7 @@ def connect_from_env(env: Mapping[str, str] | None = None, *, timeout: float | N
                         params.user, params.where, _sqlstate(failure, outer))
             params, retried = fresh, True
             try:
-                return connect(params, timeout=_left(deadline))
+                return connect(params, timeout=_left(deadline)), params
             except Exception as exc:
                 failure = exc
     raise DatabaseConnectError(_connect_message(params, failure, mode, retried, outer)) \

@@ -5,7 +5,8 @@
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
 Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
-``DB_SECRET_ARN``, or RDS IAM auth), or else the embedded one ``make demo`` leaves. Bad
+``DB_SECRET_ARN``, or RDS IAM auth), or with ``--demo`` the embedded one ``make demo`` leaves;
+each command says on stderr which database it is on (never a password). Bad
 arguments exit 2 with a message that says what is wrong; a failure exits 1 with one line that
 names it, never a password nor the server's whole error record.
 """
@@ -30,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+        _demo_option(sub)
         return sub
 
     command("migrate", "create or upgrade the schema (idempotent)")
@@ -88,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     queue_set.add_argument("--new", action="store_true",
                            help="a queue no job names yet (otherwise refused as a typo)")
     queue_set.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    _demo_option(queue_set)
     command("schedules", "the periodic jobs the job modules (PGDRAIN_JOBS) declare: cron, "
                          "zone, last tick and job, next run; and entries removed since")
     command("janitor", "reclaim expired leases, end expired pending jobs and purge old "
@@ -97,8 +100,15 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--interval", type=arguments.interval, default=1.0, metavar="SECONDS",
                      help="refresh every SECONDS (default 1)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
+    _demo_option(top)
     _add_plugin_commands(commands)
     return parser
+
+
+def _demo_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--demo", action="store_true",
+                        help="the embedded database `make demo` left on this machine, not the "
+                             "configured one (nothing configured and no --demo: an error)")
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
@@ -180,14 +190,18 @@ def _run(args: argparse.Namespace) -> int:
     from .commands import COMMANDS
     from .database import open_connection
 
-    conn = open_connection()
+    target = open_connection(demo=args.demo)
+    # Where the command is, before anything it says of it: on stderr, so that a table or
+    # --json on stdout stays what a script reads.
+    print(f"pgdrain {args.command}: database {cell(target.where)}", file=sys.stderr)
+    conn = target.conn
     try:
         if args.command == "top":
             from ..settings import read
             from .top import run
 
             return run(conn, interval=args.interval, once=args.once, out=sys.stdout,
-                       max_drains=int(read("PGDRAIN_MAX_DRAINS")))
+                       max_drains=int(read("PGDRAIN_MAX_DRAINS")), where=target.where)
         return COMMANDS[args.command](conn, args, sys.stdout)
     finally:
         conn.close()

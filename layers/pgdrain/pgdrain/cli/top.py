@@ -49,11 +49,12 @@ def by_queue(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def frame(overview: Sequence[Mapping[str, Any]], slots: Sequence[Mapping[str, Any]], *,
-          max_drains: int, now: datetime) -> str:
+          max_drains: int, now: datetime, where: str = "") -> str:
     """One screen of ``pgdrain top``."""
     queues = by_queue(overview)
     lines = [f"pgdrain top  {now:%Y-%m-%d %H:%M:%S} UTC  (rates over the last minute; "
-             "Ctrl-C quits)", ""]
+             "Ctrl-C quits)"]
+    lines += [f"database {output.cell(where)}", ""] if where else [""]
     lines.append(output.table(queues, QUEUE_COLUMNS) if queues else "no jobs")
     lines += ["", f"drains running: {len(slots)} of {max_drains} slots"]
     if slots:
@@ -64,7 +65,7 @@ def frame(overview: Sequence[Mapping[str, Any]], slots: Sequence[Mapping[str, An
 
 
 def run(conn: Any, *, interval: float, once: bool, out: TextIO, max_drains: int,
-        sleep: Callable[[float], None] | None = None) -> int:
+        sleep: Callable[[float], None] | None = None, where: str = "") -> int:
     """Draw frames every ``interval`` seconds until Ctrl-C (or one, with ``once``).
 
     Ctrl-C only asks to stop: the frame being read finishes (its statements are bounded) and
@@ -76,7 +77,7 @@ def run(conn: Any, *, interval: float, once: bool, out: TextIO, max_drains: int,
     try:
         while not stop.is_set():
             text = frame(store.overview(conn), store.drain_slots_held(conn),
-                         max_drains=max_drains, now=datetime.now(UTC))
+                         max_drains=max_drains, now=datetime.now(UTC), where=where)
             out.write((CLEAR if live else "") + text)
             out.flush()
             if once:
