@@ -270,7 +270,24 @@ def test_a_database_error_prints_the_servers_message_only(empty_database_url):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         'pgdrain requeue: the database refused it: relation "jobs" does not exist '
-        '(SQLSTATE 42P01)')
+        "(SQLSTATE 42P01). pgdrain's schema is not in this database: run `pgdrain migrate` "
+        "(or check that this is the database the stack uses)")
+
+
+def test_a_failed_migration_says_why_in_one_line(empty_database_url):
+    # A table of the application's own in the way: the server's message and SQLSTATE, not
+    # pg8000's whole error record.
+    conn = connect(empty_database_url)
+    try:
+        conn.run("CREATE TABLE jobs (id int)")
+    finally:
+        conn.close()
+    result = pgdrain_cli(empty_database_url, "migrate")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("pgdrain migrate: migration 0001_create_jobs failed: relation "
+                           '"jobs" already exists (SQLSTATE 42P07)'), last
+    assert "{" not in last and "'S'" not in last
 
 
 def test_the_library_refuses_an_id_no_job_can_have(conn):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .db import as_session
-from .errors import MigrationError
+from .errors import MigrationError, server_text
 from .sql import migrations
 from .store import MIGRATION_LOCK_KEY
 
@@ -32,7 +32,8 @@ def migrate(conn: Any) -> list[str]:
             try:
                 session.run_script(sql)
             except Exception as exc:
-                raise MigrationError(f"migration {version:04d}_{name} failed: {exc}") from exc
+                raise MigrationError(f"migration {version:04d}_{name} failed: "
+                                     f"{server_text(exc)}") from exc
             session.rows("migration_record", version=version, name=name)
             applied_now.append(f"{version:04d}_{name}")
     return applied_now

@@ -25,6 +25,7 @@ Passwords and tokens never appear in pgdrain's messages, nor in the exceptions i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -40,6 +41,7 @@ import pg8000.native
 
 from ..db import _SSLMODES, ConnectParams, connect, parse_database_url, rds_region, sqlstate
 from ..errors import ConfigError, DatabaseConnectError
+from ..pgpass import password_for
 from ..settings import read, setting
 from . import sigv4
 
@@ -92,7 +94,12 @@ def connect_params_from_env(
     env = os.environ if env is None else env
     mode = credential_mode(env)
     if mode == "url":
-        return parse_database_url(_get(env, "DATABASE_URL"))
+        params = parse_database_url(_get(env, "DATABASE_URL"))
+        if params.password is None:  # as libpq: PGPASSWORD, then the password file
+            password = password_for(None if params.unix_sock else params.host, params.port,
+                                    params.database, params.user, env)
+            params = dataclasses.replace(params, password=password)
+        return params
     if mode == "secret":
         return params_from_secret(_fetch_secret(env, refresh=refresh, timeout=timeout), env)
     return _iam_params(env)
@@ -394,6 +401,11 @@ def _hint(exc: Exception, mode: Mode, outer: BaseException | None) -> str:
     if isinstance(exc, pg8000.exceptions.InterfaceError) and "refuses SSL" in str(exc):
         setting = "sslmode in DATABASE_URL" if mode == "url" else "DB_SSLMODE"
         return f"The server does not offer TLS; set {setting} to prefer or disable"
+    if isinstance(exc, pg8000.exceptions.InterfaceError) and "no password was provided" in str(
+            exc):
+        return ("Give it one: in DATABASE_URL (postgresql://user:password@host/db), or in "
+                "PGPASSWORD, or in a password file (~/.pgpass, or PGPASSFILE), as psql reads "
+                "them" if mode == "url" else "")
     state = _sqlstate(exc, outer)
     if mode == "iam" and state in AUTH_FAILURE_SQLSTATES:
         return ("For IAM auth the user needs GRANT rds_iam, and the function's role needs "

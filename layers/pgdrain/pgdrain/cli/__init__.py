@@ -14,10 +14,12 @@ names it, never a password nor the server's whole error record.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
-from ..errors import PgdrainError, QueryFailed
+from ..db import sqlstate
+from ..errors import PgdrainError, QueryFailed, server_text
 from . import arguments
 from .output import cell
 
@@ -156,14 +158,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A message may quote what the database or the operator gave (a name, the server's
     # text): escaped as every value the command prints, and so on one line.
     except QueryFailed as exc:  # the server's message and SQLSTATE, not its whole record
-        print(f"pgdrain {args.command}: the database refused it: {cell(exc)}",
-              file=sys.stderr)
+        print(f"pgdrain {args.command}: the database refused it: {cell(exc)}"
+              f"{_unmigrated_hint(exc)}", file=sys.stderr)
         return 1
     except PgdrainError as exc:
         print(f"pgdrain {args.command}: {cell(exc)}", file=sys.stderr)
         return 2 if _is_usage(exc) else 1
     except Exception as exc:  # a driver error: say which, without the connection string
-        print(f"pgdrain {args.command}: {cell(_describe(exc))}", file=sys.stderr)
+        print(f"pgdrain {args.command}: {cell(_describe(exc))}{_unmigrated_hint(exc)}",
+              file=sys.stderr)
         return 1
 
 
@@ -179,8 +182,20 @@ def _describe(exc: Exception) -> str:
     (source file, line, routine)."""
     fields = exc.args[0] if exc.args else None
     if isinstance(fields, dict) and fields.get("M"):
-        return f"the database refused it: {fields['M']} (SQLSTATE {fields.get('C', '?')})"
+        return f"the database refused it: {server_text(exc)}"
     return f"{type(exc).__name__}: {exc}"
+
+
+_PGDRAIN_RELATION = re.compile(r'relation "(jobs|pgdrain_[a-z_]+)" does not exist')
+
+
+def _unmigrated_hint(exc: Exception) -> str:
+    """What to do when pgdrain's own tables are missing: this database was never migrated
+    (or the command reaches another database than the one that was)."""
+    if sqlstate(exc) == "42P01" and _PGDRAIN_RELATION.search(str(exc)):
+        return (". pgdrain's schema is not in this database: run `pgdrain migrate` (or check "
+                "that this is the database the stack uses)")
+    return ""
 
 
 def _run(args: argparse.Namespace) -> int:

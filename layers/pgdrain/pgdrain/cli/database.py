@@ -15,8 +15,11 @@ from typing import Any
 
 from ..errors import ConfigError
 
+CONNECT_SECONDS = 10.0
+"""How long the command waits to connect and log in (a host that takes the connection and
+never answers is named after this, not after a minute of silence)."""
 WAIT_SECONDS = 60.0
-"""How long the command waits to connect, and for any one answer."""
+"""How long the command waits for any one answer once connected."""
 STATEMENT_MS = 50_000
 """The server's bound on one statement: under the wait, so the server gives up first and says
 so (every batch the commands run takes a fraction of it)."""
@@ -51,7 +54,7 @@ def open_connection(env: Mapping[str, str] | None = None, *, demo: bool = False)
             raise ConfigError("--demo: there is no demo database on this machine; run "
                               "`make demo` in a clone of the repository first")
         params = db.parse_database_url(url)
-        conn = db.connect(params, timeout=WAIT_SECONDS)
+        conn = db.connect(params, timeout=CONNECT_SECONDS)
         how = "the demo's embedded database (--demo)"
     else:
         blank = [name for name in _SETTINGS if name in env and not env[name].strip()]
@@ -61,8 +64,11 @@ def open_connection(env: Mapping[str, str] | None = None, *, demo: bool = False)
                                   f"set but empty: {SETUP_HINT}")
             raise ConfigError(f"no database configured: {SETUP_HINT}; or add --demo for the "
                               "embedded database `make demo` leaves on this machine")
-        conn, params = open_from_env(env, timeout=WAIT_SECONDS)
+        conn, params = open_from_env(env, timeout=CONNECT_SECONDS)
         how = _configured_by(env)
+    sock = getattr(conn, "_usock", None)
+    if sock is not None:  # logged in: statements may take longer than the login did
+        sock.settimeout(WAIT_SECONDS)
     db.as_session(conn).one("connection_bound", statement_ms=STATEMENT_MS,
                             lock_ms=LOCK_WAIT_MS, idle_ms=LOCK_WAIT_MS)
     return Target(conn, f"{params.user}@{params.where} ({how})")
