@@ -646,3 +646,26 @@ def test_a_paused_queue_waits_and_the_metric_says_so(load_function, conn, capsys
     assert (emf["QueuesPaused"], emf["Backlog"]) == ([1.0], [1.0])
     assert (pgdrain.get_job(conn, held)["status"], pgdrain.get_job(conn, ran)["status"]) == (
         "pending", "done")
+
+
+def test_a_local_invocation_starts_no_drain_in_aws(load_function, conn, monkeypatch, capsys):
+    # As sam local invoke and pgdrain invoke run it: a function name that only looks real,
+    # AWS_SAM_LOCAL set. POST /drain drains in the request instead of invoking, continuation
+    # and fan-out start nothing, and boto3 is never imported for it; the log says so once.
+    import sys
+
+    from pgdrain.aws import local
+
+    monkeypatch.setattr(local, "_said", set())
+    monkeypatch.delitem(sys.modules, "boto3", raising=False)
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 3)
+    app = load_function("drain", AWS_LAMBDA_FUNCTION_NAME="DrainFunction",
+                        AWS_SAM_LOCAL="true", PGDRAIN_MAX_JOBS="1")
+    summary = app.lambda_handler({}, LambdaContext())
+    answer = app.lambda_handler(load_event("drain_api.json"), LambdaContext())
+    assert (summary["done"], summary["stopped"], summary["continued"]) == (1, "max_jobs", 0)
+    assert answer["statusCode"] == 200 and json.loads(answer["body"])["done"] == 1
+    assert "boto3" not in sys.modules
+    said = [line for line in capsys.readouterr().out.splitlines()
+            if "local invocation (AWS_SAM_LOCAL): the drain" in line]
+    assert len(said) == 1

@@ -18,8 +18,9 @@ from aws_lambda_powertools import Logger, Metrics
 from ..db import Connector
 from ..drain import DrainSummary, drain, shortest_runnable_seconds
 from ..registry import Registry
-from ..settings import Settings, read
+from ..settings import Settings
 from .launcher import LambdaLauncher
+from .local import may_invoke_lambda
 from .observer import DrainObserver
 from .powertools import count
 
@@ -125,8 +126,8 @@ class DrainFunction:
     @staticmethod
     def _launcher(context: Any, time_left: Any) -> LambdaLauncher | None:
         """Drains start drains in Lambda, or where AWS_ENDPOINT_URL_LAMBDA names a stand-in
-        (bench/invoke_standin.py); a local run has nothing to invoke."""
-        if not (read("AWS_LAMBDA_FUNCTION_NAME") or read("AWS_ENDPOINT_URL_LAMBDA")):
+        (pgdrain_dev.lambda_standin); a local run has nothing to invoke (aws.local)."""
+        if not may_invoke_lambda("the drain (continuation, fan-out, POST /drain)"):
             return None
         arn = getattr(context, "invoked_function_arn", None)
         return LambdaLauncher(arn, time_left=time_left) if arn else None
