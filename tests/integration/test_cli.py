@@ -139,9 +139,13 @@ def test_requeue_by_id_gives_only_that_failed_job_fresh_attempts(database_url, c
     [again] = pgdrain.claim(conn, batch_size=5, lease_seconds=60)
     assert again.id == chosen
 
-    nothing = pgdrain_cli(database_url, "requeue", "--id", str(chosen))
-    assert nothing.returncode == 0, nothing.stderr
+    # Named but not failed (claimed again: running), or no such job: said, and exit 1.
+    nothing = pgdrain_cli(database_url, "requeue", "--id", str(chosen), "--id", "987654")
+    assert nothing.returncode == 1, nothing.stderr
     assert nothing.stdout.strip() == "requeued 0 job(s)"
+    said = nothing.stderr.strip().splitlines()[1:]
+    assert said == [f"pgdrain requeue: job {chosen} was not requeued: it is running, not failed",
+                    "pgdrain requeue: job 987654 was not requeued: there is no such job"]
 
 
 def test_janitor_reclaims_an_expired_lease(database_url, conn, sql):
@@ -365,22 +369,152 @@ def test_show_prints_every_field_and_the_last_error(database_url, conn):
 def test_requeue_selects_by_type_or_queue_or_all_in_batches(database_url, conn, sql):
     ids = _failed_jobs(conn, [{"job_type": "sync"}] * 5 + [{"job_type": "email", "queue": "mail"}]
                        + [{"job_type": "other"}])
-    by_queue = pgdrain_cli(database_url, "requeue", "--queue", "mail", "--json")
+    by_queue = pgdrain_cli(database_url, "requeue", "--queue", "mail", "--json", "--yes")
     assert json.loads(by_queue.stdout) == {"requeued": [ids[5]]}
     # Five sync jobs, two per statement: three batches, one call.
-    by_type = pgdrain_cli(database_url, "requeue", "--type", "sync", "--batch", "2")
+    by_type = pgdrain_cli(database_url, "requeue", "--type", "sync", "--batch", "2", "--yes")
     assert by_type.returncode == 0, by_type.stderr
     assert by_type.stdout.strip() == "requeued 5 job(s): " + ", ".join(map(str, ids[:5]))
-    rest = pgdrain_cli(database_url, "requeue", "--all", "--json")
+    rest = pgdrain_cli(database_url, "requeue", "--all", "--json", "--yes")
     assert json.loads(rest.stdout) == {"requeued": [ids[6]]}
     assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'failed'")[0]["n"] == 0
 
 
-def test_requeue_without_a_selector_is_every_failed_job(database_url, conn):
+def test_requeue_without_a_selector_counts_then_requeues_every_failed_job_with_yes(
+        database_url, conn, sql):
+    # As purge: a bulk requeue says how many it would requeue and waits for --yes.
     ids = _failed_jobs(conn, [{"job_type": "a"}, {"job_type": "b", "queue": "q"}])
-    result = pgdrain_cli(database_url, "requeue")
+    for args in ((), ("--all",), ("--type", "a")):
+        counted = pgdrain_cli(database_url, "requeue", *args)
+        assert counted.returncode == 0, counted.stderr
+        assert counted.stdout.strip().startswith(f"{1 if args[:1] == ('--type',) else 2} "
+                                                 "failed job(s) match; run again with --yes")
+    assert json.loads(pgdrain_cli(database_url, "requeue", "--json").stdout) == {
+        "would_requeue": 2, "requeued": []}
+    assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'failed'")[0]["n"] == 2
+    result = pgdrain_cli(database_url, "requeue", "--yes")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "requeued 2 job(s): " + ", ".join(map(str, ids))
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--queue", "mial"), "no queue 'mial': no job names it (a typo?)"),
+    (("--type", "snyc"), "no job has type 'snyc' (a typo?)"),
+])
+def test_requeue_of_a_queue_or_type_no_job_has_is_a_typo(database_url, conn, args, words):
+    _failed_jobs(conn, [{"job_type": "sync", "queue": "mail"}])
+    result = pgdrain_cli(database_url, "requeue", *args, "--yes")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"pgdrain requeue: {words}"
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args, advice", [
+    (("resume", "mial"), "there is nothing to resume"),
+    (("queue", "set", "mial", "--rate", "5/s"), "`pgdrain queue set QUEUE ... --new`"),
+    (("pause", "mial"), "`pgdrain pause QUEUE --new`"),
+])
+def test_a_queue_typo_gets_the_advice_of_its_own_command(database_url, conn, args, advice):
+    pgdrain.enqueue(conn, "sync", queue="mail")
+    result = pgdrain_cli(database_url, *args)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert "no queue 'mial'" in last and advice in last, last
+    if args[0] != "pause":
+        assert "pause" not in last.split("(a typo?)")[1]
+
+
+def test_delete_shows_then_deletes_and_leaves_a_running_job(database_url, conn, sql):
+    waiting = pgdrain.enqueue(conn, "a").id
+    failed = _failed_jobs(conn, [{"job_type": "b"}])[0]
+    running = pgdrain.enqueue(conn, "c").id
+    sql("UPDATE jobs SET status = 'running', lease_token = gen_random_uuid(), "
+        "lease_expires_at = now() + interval '1 minute' WHERE id = :id", id=running)
+    args = ("delete", str(waiting), str(failed), str(running), "987654")
+    shown = pgdrain_cli(database_url, *args)
+    assert shown.returncode == 0, shown.stderr
+    assert "would delete (pending)" in shown.stdout and "would delete (failed)" in shown.stdout
+    assert "run again with --yes" in shown.stdout
+    assert sql("SELECT count(*) AS n FROM jobs")[0]["n"] == 3
+    done = pgdrain_cli(database_url, *args, "--yes", "--json")
+    assert done.returncode == 1
+    assert json.loads(done.stdout) == {str(waiting): "deleted", str(failed): "deleted",
+                                       str(running): "running", "987654": "not_found"}
+    assert f"job {running} was not deleted: it is running: cancel it first" in done.stderr
+    assert [r["id"] for r in sql("SELECT id FROM jobs")] == [running]
+
+
+def test_run_now_makes_a_waiting_job_due(database_url, conn, sql):
+    failed = _failed_jobs(conn, [{"job_type": "c"}])[0]
+    later = pgdrain.enqueue(conn, "a", delay_seconds=3600).id
+    due = pgdrain.enqueue(conn, "b").id
+    result = pgdrain_cli(database_url, "run-now", str(later), str(due), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {str(later): "due_now", str(due): "already_due"}
+    assert sql("SELECT run_at <= now() AS due FROM jobs WHERE id = :id", id=later)[0]["due"]
+    [claimed, _] = pgdrain.claim(conn, batch_size=5, lease_seconds=60)
+    assert claimed.id == later or _.id == later
+    refused = pgdrain_cli(database_url, "run-now", str(failed))
+    assert refused.returncode == 1
+    assert f"job {failed} was not made due: it is failed, not pending" in refused.stderr
+
+
+def test_enqueue_from_the_shell(database_url, conn, sql):
+    result = pgdrain_cli(database_url, "enqueue", "send-email", "--payload",
+                         '{"to": "a@example.com"}', "--queue", "mail", "--priority", "-1",
+                         "--dedupe-key", "k1")
+    assert result.returncode == 0, result.stderr
+    [row] = sql("SELECT id, job_type, payload, queue, priority, dedupe_key FROM jobs")
+    assert result.stdout.strip() == f"enqueued job {row['id']} (due now)"
+    assert (row["job_type"], row["payload"], row["queue"], row["priority"]) == (
+        "send-email", {"to": "a@example.com"}, "mail", -1)
+    again = pgdrain_cli(database_url, "enqueue", "send-email", "--dedupe-key", "k1", "--json")
+    assert json.loads(again.stdout) == {"id": row["id"], "created": False, "due": False}
+    later = json.loads(pgdrain_cli(database_url, "enqueue", "x", "--delay", "1h",
+                                   "--json").stdout)
+    assert later["created"] and not later["due"]
+    for bad, words in ((("--payload", "{nope"), "argument --payload: not JSON"),
+                       (("--payload", "[1]"), "must be a JSON object"),
+                       (("--max-attempts", "0"), "argument --max-attempts")):
+        refused = pgdrain_cli(database_url, "enqueue", "x", *bad)
+        assert refused.returncode == 2 and words in refused.stderr, refused.stderr
+    assert sql("SELECT count(*) AS n FROM jobs")[0]["n"] == 2
+
+
+def test_queues_lists_each_queue_with_its_settings_and_jobs(database_url, conn):
+    pgdrain.enqueue_many(conn, [{"job_type": "a", "queue": "mail"}] * 2
+                         + [{"job_type": "b", "delay_seconds": 3600}])
+    pgdrain.control.set_queue(conn, "partner", max_running=3, rate="10/s", new=True)
+    pgdrain.control.pause(conn, "mail")
+    found = {q["queue"]: q for q in json.loads(
+        pgdrain_cli(database_url, "queues", "--json").stdout)}
+    assert set(found) == {"mail", "default", "partner"}
+    assert (found["mail"]["paused"], found["mail"]["due"]) == (True, 2)
+    assert (found["default"]["scheduled"], found["default"]["paused"]) == (1, False)
+    assert (found["partner"]["max_running"], found["partner"]["rate"]) == (3, "10/s")
+    table = pgdrain_cli(database_url, "queues").stdout.splitlines()
+    assert table[0].split()[:3] == ["QUEUE", "PAUSED", "MAX"]
+
+
+def test_migrate_status_lists_applied_and_pending_migrations(empty_database_url):
+    before = json.loads(pgdrain_cli(empty_database_url, "migrate", "--status", "--json").stdout)
+    assert before and all(m["applied_at"] is None for m in before)
+    text = pgdrain_cli(empty_database_url, "migrate", "--status").stdout
+    assert f"{len(before)} to apply: run `pgdrain migrate`" in text
+    assert pgdrain_cli(empty_database_url, "migrate").returncode == 0
+    after = json.loads(pgdrain_cli(empty_database_url, "migrate", "--status", "--json").stdout)
+    assert [m["version"] for m in after] == [m["version"] for m in before]
+    assert all(m["applied_at"] for m in after)
+    assert "schema is up to date" in pgdrain_cli(empty_database_url, "migrate",
+                                                 "--status").stdout
+
+
+def test_version():
+    from pgdrain.version import VERSION
+
+    result = subprocess.run([sys.executable, "-m", "pgdrain", "--version"], env=_env(None),
+                            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == f"pgdrain {VERSION}"
 
 
 def test_purge_counts_first_and_deletes_with_yes(database_url, conn, sql):

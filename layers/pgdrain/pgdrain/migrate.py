@@ -38,3 +38,13 @@ def migrate(conn: Any) -> list[str]:
             applied_now.append(f"{version:04d}_{name}")
     return applied_now
 
+
+def status(conn: Any) -> list[dict[str, Any]]:
+    """Every migration this version of pgdrain has, in order, and when each was applied to
+    this database (None: not yet). Reads only; an unmigrated database has none applied."""
+    session = as_session(conn)
+    applied: dict[int, Any] = {}
+    if session.rows("migration_table_exists")[0]["present"]:
+        applied = {r["version"]: r["applied_at"] for r in session.rows("migration_applied")}
+    return [{"version": version, "name": name, "applied_at": applied.get(version)}
+            for version, name, _ in migrations()]

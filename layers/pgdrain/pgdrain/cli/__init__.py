@@ -1,7 +1,8 @@
 """The pgdrain command: operate the queue from a shell.
 
-``migrate``, ``stats``, ``list``, ``show``, ``requeue``, ``purge``, ``cancel``, ``pause``,
-``resume``, ``queue set``, ``schedules``, ``janitor`` and ``top``;
+``migrate``, ``stats``, ``queues``, ``list``, ``show``, ``enqueue``, ``requeue``,
+``run-now``, ``purge``, ``delete``, ``cancel``, ``pause``, ``resume``, ``queue set``,
+``schedules``, ``janitor`` and ``top``;
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
 Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 from ..db import sqlstate
 from ..errors import PgdrainError, QueryFailed, server_text
+from ..version import VERSION
 from . import arguments
 from .output import cell
 
@@ -36,7 +38,10 @@ def _parser() -> argparse.ArgumentParser:
         _demo_option(sub)
         return sub
 
-    command("migrate", "create or upgrade the schema (idempotent)")
+    parser.add_argument("--version", action="version", version=f"pgdrain {VERSION}")
+    migrate = command("migrate", "create or upgrade the schema (idempotent)")
+    migrate.add_argument("--status", action="store_true",
+                         help="only list the migrations: applied (when) or still to apply")
     command("stats", "per queue and job type: due, scheduled, running, failed, the oldest due "
                      "job's wait, done in the last minute and hour; drains running")
     listing = command("list", "the newest jobs, filtered")
@@ -54,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     _filters(requeue)
     requeue.add_argument("--all", action="store_true",
                          help="every failed job (also what no selector means)")
+    requeue.add_argument("--yes", action="store_true",
+                         help="requeue them; without it, a requeue by type, queue or --all "
+                              "only counts (by --id, it requeues at once)")
     requeue.add_argument("--batch", type=arguments.positive_int, default=1000,
                          help="jobs per statement (default 1000)")
     purge = command("purge", "delete done or failed jobs older than an age: counts first, "
@@ -67,6 +75,27 @@ def _parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "cancel jobs: a pending one never runs, a running one is asked "
                                "to stop; exits 1 if one could not be")
     cancel.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
+    delete = command("delete", "delete jobs by id (not running ones: cancel them first); "
+                               "shows what it would delete, deletes with --yes")
+    delete.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
+    delete.add_argument("--yes", action="store_true", help="delete them")
+    run_now = command("run-now", "make pending jobs that wait (delayed, snoozed, backing off "
+                                 "before a retry) due now; exits 1 if one could not be")
+    run_now.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
+    enqueue = command("enqueue", "enqueue one job, as the application would (a test job, a "
+                                 "manual run)")
+    enqueue.add_argument("job_type", type=arguments.name, metavar="TYPE")
+    enqueue.add_argument("--payload", type=arguments.json_object, metavar="JSON",
+                         help="the job's payload, a JSON object (default {})")
+    enqueue.add_argument("--queue", type=arguments.name)
+    enqueue.add_argument("--priority", type=int, help="lower runs first (default 0)")
+    enqueue.add_argument("--delay", type=arguments.duration, metavar="AGE",
+                         help="due after AGE (90s, 15m, 1h)")
+    enqueue.add_argument("--dedupe-key", metavar="KEY",
+                         help="skip it if a live job holds this key (its id comes back)")
+    enqueue.add_argument("--max-attempts", type=arguments.positive_int, metavar="N")
+    command("queues", "every queue: paused, cap, rate, and its due, scheduled, running and "
+                      "failed jobs")
     pause = command("pause", "stop drains from claiming a queue's jobs (it still accepts "
                              "jobs; running ones finish)")
     pause.add_argument("queue", type=arguments.name, metavar="QUEUE")

@@ -1065,6 +1065,19 @@ FROM jobs AS j
 JOIN c ON j.id = c.id AND j.lease_token = c.lease_token
 WHERE j.status = 'running' AND j.cancel_requested_at IS NOT NULL
 
+-- name: job_count_failed
+-- How many failed jobs `pgdrain requeue` would requeue with these filters (NULL: any), and
+-- whether the type and queue named are known at all (a typo requeues nothing).
+SELECT (SELECT count(*) FROM jobs
+        WHERE status = 'failed'
+          AND (:job_type::text IS NULL OR job_type = :job_type::text)
+          AND (:queue::text IS NULL OR queue = :queue::text))::bigint AS failed,
+       (:job_type::text IS NULL
+        OR EXISTS (SELECT FROM jobs WHERE job_type = :job_type::text)) AS type_known,
+       (:queue::text IS NULL
+        OR EXISTS (SELECT FROM jobs WHERE queue = :queue::text)
+        OR EXISTS (SELECT FROM pgdrain_queues WHERE queue = :queue::text)) AS queue_known
+
 -- name: job_count_purgeable
 -- How many :status jobs finished more than :older_than_seconds ago (what `pgdrain purge`
 -- would delete). A row finished by plain SQL may lack finished_at: its last update counts.
@@ -1084,6 +1097,28 @@ SET payload = :payload::jsonb,
     updated_at = now()
 WHERE dedupe_key = :dedupe_key::text AND status = 'pending'
 RETURNING id
+
+-- name: job_delete
+-- Delete jobs by id, one statement, unless running (its drain holds it: cancel it first, or
+-- let it finish). Each id given comes back with what happened to it: deleted (it was
+-- pending, done, failed or cancelled; the status it had), running, or not_found.
+WITH given AS (
+    SELECT DISTINCT g.id FROM unnest(:ids::bigint[]) AS g(id)
+), deleted AS (
+    DELETE FROM jobs AS j
+    USING given AS g
+    WHERE j.id = g.id AND j.status <> 'running'
+    RETURNING j.id, j.status
+)
+SELECT g.id,
+       CASE WHEN d.id IS NOT NULL THEN 'deleted'
+            WHEN j.id IS NOT NULL THEN j.status
+            ELSE 'not_found' END AS outcome,
+       COALESCE(d.status, j.status) AS status
+FROM given AS g
+LEFT JOIN deleted AS d ON d.id = g.id
+LEFT JOIN jobs AS j ON j.id = g.id AND d.id IS NULL
+ORDER BY g.id
 
 -- name: job_enqueue_batch
 -- Insert jobs in input order. A live duplicate of a dedupe key (in the table or earlier in the
@@ -1424,6 +1459,29 @@ FROM chosen
 WHERE jobs.id = chosen.id AND jobs.status = 'failed'
 RETURNING jobs.id
 
+-- name: job_run_now
+-- Make pending jobs that are not due yet (delayed, snoozed, waiting out a retry's backoff) due
+-- now, one statement. Each id given comes back with what happened to it: due_now,
+-- already_due (pending and due), its status when it is not pending, or not_found.
+WITH given AS (
+    SELECT DISTINCT g.id FROM unnest(:ids::bigint[]) AS g(id)
+), moved AS (
+    UPDATE jobs AS j
+    SET run_at = now(), updated_at = now()
+    FROM given AS g
+    WHERE j.id = g.id AND j.status = 'pending' AND j.run_at > now()
+    RETURNING j.id
+)
+SELECT g.id,
+       CASE WHEN m.id IS NOT NULL THEN 'due_now'
+            WHEN j.id IS NULL THEN 'not_found'
+            WHEN j.status = 'pending' THEN 'already_due'
+            ELSE j.status END AS outcome
+FROM given AS g
+LEFT JOIN moved AS m ON m.id = g.id
+LEFT JOIN jobs AS j ON j.id = g.id
+ORDER BY g.id
+
 -- name: job_stats_by_status
 -- Job counts by queue and status.
 SELECT queue, status, count(*) AS jobs
@@ -1500,8 +1558,8 @@ JOIN pg_class c ON c.oid = s.relid
 WHERE s.relid = 'jobs'::regclass
 
 -- name: migration_applied
--- The versions already applied.
-SELECT version FROM pgdrain_migrations ORDER BY version
+-- The versions already applied, and when.
+SELECT version, applied_at FROM pgdrain_migrations ORDER BY version
 
 -- name: migration_create_table
 -- The record of applied migrations (run only when migration_table_exists says it is missing,
