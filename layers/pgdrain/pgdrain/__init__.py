@@ -58,6 +58,7 @@ from .store import (
     retry,
     stats,
 )
+from .version import VERSION as __version__
 
 
 def __getattr__(name: str) -> object:
@@ -102,6 +103,7 @@ __all__ = [
     "TypePolicy",
     "UnknownQueue",
     "Written",
+    "__version__",
     "backlog",
     "cancel",
     "claim",
