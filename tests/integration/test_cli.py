@@ -707,25 +707,46 @@ def test_pausing_an_unknown_queue_exits_2_unless_it_is_said_to_be_new(database_u
     assert bad.returncode == 2 and "without control characters" in bad.stderr
 
 
-def test_schedules_lists_declared_entries_with_their_next_run_and_removed_ones(database_url,
-                                                                              conn):
+def test_schedules_come_from_the_database_not_the_shells_job_modules(database_url, conn):
+    # What the drains declared (scheduler.declare, at a drain's first pass) is what the
+    # command shows, whatever PGDRAIN_JOBS the operator's shell has (here, other modules).
+    from pgdrain import scheduler
+    from pgdrain.registry import Registry
+
+    drains = Registry()
+    scheduler.schedule("0 3 * * *", "report", tz="Europe/Paris", name="nightly-report",
+                       registry=drains)
+    scheduler.schedule("*/15 * * * *", "report", name="quarter-hour-report", queue="reports",
+                       registry=drains)
+    scheduler.declare(conn, drains)
     conn.run("INSERT INTO pgdrain_schedules (name, last_tick, last_job_id) "
              "VALUES ('renamed-away', now() - interval '1 day', 7)")
-    env = {**_env(database_url), "PGDRAIN_JOBS": "tests.support.scheduled_jobs"}
-    result = subprocess.run([sys.executable, "-m", "pgdrain", "schedules", "--json"], env=env,
-                            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    env = {**_env(database_url), "PGDRAIN_JOBS": "tests.support.jobs"}
+
+    def schedules(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pgdrain", "schedules", *args], env=env,
+                              cwd=REPO, capture_output=True, text=True, timeout=60,
+                              check=False)
+
+    result = schedules("--json")
     assert result.returncode == 0, result.stderr
     rows = {r["name"]: r for r in json.loads(result.stdout)}
     assert set(rows) == {"nightly-report", "quarter-hour-report", "renamed-away"}
     nightly = rows["nightly-report"]
-    assert (nightly["cron"], nightly["tz"], nightly["queue"]) == ("0 3 * * *", "Europe/Paris",
-                                                                  "default")
+    assert (nightly["cron"], nightly["tz"], nightly["queue"], nightly["declared"]) == (
+        "0 3 * * *", "Europe/Paris", "default", True)
     assert nightly["next_run"].endswith("+00:00") and nightly["last_tick"] is None
     assert rows["quarter-hour-report"]["queue"] == "reports"
     assert rows["renamed-away"]["declared"] is False
-    table = subprocess.run([sys.executable, "-m", "pgdrain", "schedules"], env=env, cwd=REPO,
-                           capture_output=True, text=True, timeout=60, check=False)
+    table = schedules()
     assert "(removed: stopped)" in table.stdout and "quarter-hour-report" in table.stdout
+    # The drains' modules no longer declare the quarter-hour entry: it goes.
+    fewer = Registry()
+    scheduler.schedule("0 3 * * *", "report", tz="Europe/Paris", name="nightly-report",
+                       registry=fewer)
+    scheduler.declare(conn, fewer)
+    assert {r["name"] for r in json.loads(schedules("--json").stdout)} == {
+        "nightly-report", "renamed-away"}
 
 
 def test_show_prints_a_jobs_result_and_progress(database_url, conn):

@@ -340,17 +340,14 @@ SCHEDULE_COLUMNS: Sequence[Column] = (
 
 
 def schedules(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
-    from ..registry import REGISTRY, load_job_modules
     from ..scheduler import schedule_view
-    from ..settings import read
 
-    load_job_modules(read("PGDRAIN_JOBS"))
-    rows = schedule_view(conn, REGISTRY)
+    rows = schedule_view(conn)  # the database's own record: no job module needed here
     if args.json:
         print(output.to_json(rows), file=out)
     elif not rows:
-        print("no schedules: declare them with @pgdrain.job(..., cron=...) or pgdrain.schedule "
-              "in a module of PGDRAIN_JOBS", file=out)
+        print("no schedules: no drain has declared one (declare them with @pgdrain.job(..., "
+              "cron=...) or pgdrain.schedule in a module of the drains' PGDRAIN_JOBS)", file=out)
     else:
         shown = [{**r, "next": r["next_run"] if r["declared"] else "(removed: stopped)"}
                  for r in rows]

@@ -1624,13 +1624,38 @@ SELECT queue, paused_at, EXTRACT(EPOCH FROM now() - paused_at)::float8 AS paused
 FROM pgdrain_queues
 ORDER BY queue
 
+-- name: schedule_declare
+-- The drain's declared schedule entries replace the last declaration: each is written (with
+-- when), and an entry no longer declared is removed. Returns how many were removed.
+WITH given AS (
+    SELECT * FROM unnest(:names::text[], :crons::text[], :tzs::text[], :job_types::text[],
+                         :queues::text[]) AS g(name, cron, tz, job_type, queue)
+), gone AS (
+    DELETE FROM pgdrain_schedule_declarations AS d
+    WHERE d.name <> ALL (:names::text[])
+    RETURNING d.name
+), written AS (
+    INSERT INTO pgdrain_schedule_declarations AS d (name, cron, tz, job_type, queue,
+                                                    declared_at)
+    SELECT name, cron, tz, job_type, queue, now() FROM given
+    ON CONFLICT (name) DO UPDATE
+    SET cron = EXCLUDED.cron, tz = EXCLUDED.tz, job_type = EXCLUDED.job_type,
+        queue = EXCLUDED.queue, declared_at = now()
+    RETURNING d.name
+)
+SELECT (SELECT count(*) FROM gone)::int AS removed, (SELECT count(*) FROM written)::int AS declared
+
 -- name: schedule_list
--- Every schedule entry the database has seen, with the database's clock (for `pgdrain
--- schedules`, which adds the entries the job modules declare).
-SELECT now() AS now, s.name, s.last_tick, s.last_job_id
+-- Every schedule entry the drains declared or the database has a tick of, with the
+-- database's clock (`pgdrain schedules`): its declaration (cron, zone, type, queue, when a
+-- drain last declared it; none: removed, or never declared since this table came) and its
+-- latest tick and job.
+SELECT now() AS now, COALESCE(d.name, s.name) AS name, d.cron, d.tz, d.job_type, d.queue,
+       d.declared_at, s.last_tick, s.last_job_id
 FROM (SELECT 1) AS clock
-LEFT JOIN pgdrain_schedules AS s ON true
-ORDER BY s.name
+LEFT JOIN (pgdrain_schedule_declarations AS d
+           FULL JOIN pgdrain_schedules AS s ON s.name = d.name) ON true
+ORDER BY COALESCE(d.name, s.name)
 
 -- name: schedule_states
 -- The database's clock, and the latest tick enqueued of each named schedule entry (none for
