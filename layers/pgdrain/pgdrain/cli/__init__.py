@@ -122,8 +122,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="a queue no job names yet (otherwise refused as a typo)")
     queue_set.add_argument("--json", action="store_true", help="print JSON, for scripts")
     _demo_option(queue_set)
-    command("schedules", "the periodic jobs the job modules (PGDRAIN_JOBS) declare: cron, "
-                         "zone, last tick and job, next run; and entries removed since")
+    command("schedules", "the periodic jobs the drains declared (read from the database): "
+                         "cron, zone, last tick and job, next run; and entries removed since")
     command("janitor", "reclaim expired leases, end expired pending jobs and purge old "
             "finished jobs now")
     top = commands.add_parser("top", help="the queue live: depth, age, rates, drains (Ctrl-C "
