@@ -326,6 +326,8 @@ def test_logs_and_metrics(load_function, conn, capsys, database_url):
             "JobsReleased", "StaleWrites", "JobDuration", "QueueLag", "Backlog",
             "OldestDueAge"} <= names
     assert (emf["JobsClaimed"], emf["JobsDone"], emf["JobsRetried"]) == ([2.0], [1.0], [1.0])
+    [finished] = [r for r in lines if r.get("message") == "drain finished"]
+    assert finished["pgdrain_version"] == pgdrain.__version__
 
 
 def test_a_drain_of_many_jobs_logs_each_done_job_and_samples_a_hundred_values(

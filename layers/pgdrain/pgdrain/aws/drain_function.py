@@ -19,6 +19,7 @@ from ..db import Connector
 from ..drain import DrainSummary, drain, shortest_runnable_seconds
 from ..registry import Registry
 from ..settings import Settings
+from ..version import VERSION
 from .launcher import LambdaLauncher
 from .local import may_invoke_lambda
 from .observer import DrainObserver
@@ -142,7 +143,8 @@ class DrainFunction:
                 return api_answer(503, {"error": f"the drain stopped: {summary.error}",
                                         "request_id": request_id, "summary": result})
             return result
-        self.logger.info("drain finished", extra={"trigger": kind, **result})
+        self.logger.info("drain finished", extra={"trigger": kind, **result,
+                                                  "pgdrain_version": VERSION})
         return api_answer(200, result) if kind == "api" else result
 
     def _check_timeout(self, time_left: float) -> None:
