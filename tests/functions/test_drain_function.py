@@ -671,3 +671,31 @@ def test_a_local_invocation_starts_no_drain_in_aws(load_function, conn, monkeypa
     said = [line for line in capsys.readouterr().out.splitlines()
             if "local invocation (AWS_SAM_LOCAL): the drain" in line]
     assert len(said) == 1
+
+
+def test_a_failures_line_carries_its_traceback_once_and_no_lambda_context(load_function, conn,
+                                                                          capsys):
+    # What an operator searches for stays (job id, type, attempt, outcome, error, request
+    # id); the traceback comes once, as text; a deliberate Discard has none; the function's
+    # name, ARN and memory (the log group's own) are not repeated on every line.
+    ids = {r.id: t for r, t in zip(pgdrain.enqueue_many(conn, [{"job_type": "test-boom"},
+                                                                {"job_type": "test-discard"}]),
+                                    ("test-boom", "test-discard"), strict=True)}
+    app = load_function("drain")
+    capsys.readouterr()
+    app.lambda_handler({}, LambdaContext(request_id="req-9"))
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    jobs = {r["job_id"]: r for r in lines if r.get("job_id")}
+    assert set(jobs) == set(ids)
+    for ident, line in jobs.items():
+        assert {"job_id", "job_type", "attempt", "outcome", "error", "correlation_id"} <= set(line)
+        assert line["correlation_id"] == "req-9"
+        assert not {"stack_trace", "function_arn", "function_name", "function_memory_size",
+                    "function_request_id", "cold_start"} & set(line), line.keys()
+    boom = next(line for line in jobs.values() if line["job_type"] == "test-boom")
+    assert boom["outcome"] == "retried" and boom["exception"].count("Traceback") == 1
+    assert len(json.dumps(boom)) < 1000
+    discard = next(line for line in jobs.values() if line["job_type"] == "test-discard")
+    assert discard["outcome"] == "failed" and "exception" not in discard
+    assert "the customer no longer exists" in discard["error"]
+    assert all("function_arn" not in line for line in lines)
