@@ -1,15 +1,19 @@
 """How far one PostgreSQL goes: a small model of drains, handler slots and connections.
 
-    .venv/bin/python bench/capacity.py [--job-ms 200] [--db-us-per-job 45]
+    .venv/bin/python bench/capacity.py [--job-ms 200] [--db-us-per-job 100]
+    .venv/bin/python bench/capacity.py --from-sustained sustained.csv
 
 Jobs per second are the least of two limits:
 
 - the handlers: drains x PGDRAIN_CONCURRENCY / job duration;
-- the database: its vCPUs x 1,000,000 / the database CPU each job costs (its share of a batch
-  claim and of a batch done write, with their WAL and index upkeep). 45 µs is what this
-  repository's bare claim loop implies on the benchmark VM (22,915 jobs/s on two vCPUs that
-  also ran four Python workers; about half of that CPU is PostgreSQL's): measure your own with
-  bench/throughput.py and pass it.
+- the database: its vCPUs x 1,000,000 / the database CPU each job costs in all: its enqueue
+  (here 20 a transaction, a tenth one by one), its share of a batch claim and of a batch
+  finish, the janitor, the vacuums and the WAL. The default is what it was measured at under
+  sustained load on this repository's 2-vCPU machine (PostgreSQL 15, the server's CPU from
+  /proc over the whole of bench/sustained.py's published run: docs/benchmarks.md);
+  ``--from-sustained`` reads it from a run of your own (its CSV's median of
+  server_cpu_us_per_job). A drain alone, on a queue filled beforehand, costs the server a
+  third of that (bench/throughput.py).
 
 Connections: each running drain holds one, plus up to PGDRAIN_POOL_SIZE for transactional
 handlers, and its slot's advisory lock pins that one to a database session behind RDS Proxy,
@@ -20,6 +24,8 @@ so the proxy cannot share it. max_connections below are RDS's and Aurora's defau
 from __future__ import annotations
 
 import argparse
+import csv
+import statistics
 
 INSTANCES = [  # (name, vCPUs, default max_connections)
     ("db.t4g.micro (1 GiB)", 2, 80),
@@ -33,11 +39,29 @@ SCENARIOS = [  # (drains, concurrency, transactional share of the pool in use)
 ]
 
 
+MEASURED_DB_US_PER_JOB = 100
+"""Server CPU a job costs under sustained load, whole life (docs/benchmarks.md)."""
+
+
+def sustained_us_per_job(path: str) -> float:
+    """The median server CPU a job cost over a bench/sustained.py run (its --csv)."""
+    with open(path, newline="") as f:
+        values = [float(r["server_cpu_us_per_job"]) for r in csv.DictReader(f)
+                  if r["server_cpu_us_per_job"] not in ("", "None")]
+    if not values:
+        raise SystemExit(f"{path}: no server CPU samples (was the server on this machine?)")
+    return statistics.median(values)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job-ms", type=float, default=200)
-    parser.add_argument("--db-us-per-job", type=float, default=45)
+    parser.add_argument("--db-us-per-job", type=float, default=MEASURED_DB_US_PER_JOB)
+    parser.add_argument("--from-sustained", metavar="CSV",
+                        help="take the database CPU a job costs from a bench/sustained.py run")
     args = parser.parse_args()
+    if args.from_sustained:
+        args.db_us_per_job = sustained_us_per_job(args.from_sustained)
     print(f"\nJobs of {args.job_ms:g} ms; {args.db_us_per_job:g} µs of database CPU per job\n")
     print("| drains x concurrency (pool in use) | handler limit (jobs/s) | connections "
           "| " + " | ".join(name for name, *_ in INSTANCES) + " |")

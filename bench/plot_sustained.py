@@ -4,9 +4,10 @@
     .venv/bin/python bench/plot_sustained.py --out docs/sustained.png \\
         "pgdrain, 15,000 jobs/s=run1.csv" "seed, 2,000 jobs/s=run2.csv"
 
-Each argument is ``label=file``. Four panels against minutes into the run: jobs/s out (with
-the offered rate as a dashed line of the same colour), enqueue -> start p99 (ms, log scale),
-the table's heap + index size (MB) and WAL bytes a job. matplotlib is only needed here, so it
+Each argument is ``label=file``. Six panels against minutes into the run: jobs/s out (with
+the offered rate as a dashed line of the same colour), enqueue -> start p99 (ms, log scale;
+dotted, the claim statement's p99), the tables' heap + index size (MB), dead row versions,
+WAL bytes a job and the server's CPU a job (µs). matplotlib is only needed here, so it
 is not in the test requirements.
 """
 
@@ -40,8 +41,8 @@ def main() -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    figure, axes = plt.subplots(2, 2, figsize=(12, 7.5), sharex=True)
-    (rate, latency), (size, wal) = axes
+    figure, axes = plt.subplots(3, 2, figsize=(12, 10), sharex=True)
+    (rate, latency), (size, dead), (wal, cpu) = axes
     for index, run in enumerate(args.runs):
         label, sep, path = run.rpartition("=")
         if not sep:
@@ -51,16 +52,23 @@ def main() -> None:
         rate.plot(minutes, data["out_per_s"], color=colour, label=label)
         rate.plot(minutes, data["in_per_s"], color=colour, linestyle="--", linewidth=0.8)
         latency.plot(minutes, data["start_p99_ms"], color=colour, label=label)
+        if "claim_call_p99_ms" in data:
+            latency.plot(minutes, data["claim_call_p99_ms"], color=colour, linestyle=":",
+                         linewidth=0.8)
         size.plot(minutes, [h + i for h, i in zip(data["heap_mb"], data["indexes_mb"],
                                                   strict=True)], color=colour, label=label)
+        dead.plot(minutes, data["dead"], color=colour, label=label)
         wal.plot(minutes, data["wal_bytes_per_job"], color=colour, label=label)
+        cpu.plot(minutes, data["server_cpu_us_per_job"], color=colour, label=label)
     rate.set_ylabel("jobs/s out (dashed: in)")
-    latency.set_ylabel("enqueue -> start p99, ms")
+    latency.set_ylabel("enqueue -> start p99, ms\n(dotted: claim statement p99)")
     latency.set_yscale("log")
     latency.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    size.set_ylabel("jobs: heap + indexes, MB")
+    size.set_ylabel("tables: heap + indexes, MB")
+    dead.set_ylabel("dead row versions")
     wal.set_ylabel("WAL bytes a job")
-    for axis in (size, wal):
+    cpu.set_ylabel("server CPU a job, µs")
+    for axis in (wal, cpu):
         axis.set_xlabel("minutes")
     for axis in axes.flat:
         axis.grid(True, alpha=0.3)

@@ -324,7 +324,8 @@ def test_logs_and_metrics(load_function, conn, capsys, database_url):
     names = {m["Name"] for m in emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
     assert {"JobsClaimed", "JobsDone", "JobsRetried", "JobsFailed", "LeasesReclaimed",
             "JobsReleased", "StaleWrites", "JobDuration", "QueueLag", "Backlog",
-            "OldestDueAge"} <= names
+            "OldestDueAge", "JobsTableBytes", "JobsDeadRows"} <= names
+    assert emf["JobsTableBytes"][0] > 0 and emf["JobsDeadRows"][0] >= 0
     assert (emf["JobsClaimed"], emf["JobsDone"], emf["JobsRetried"]) == ([2.0], [1.0], [1.0])
     [finished] = [r for r in lines if r.get("message") == "drain finished"]
     assert finished["pgdrain_version"] == pgdrain.__version__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -113,7 +114,25 @@ def test_stats_per_queue_and_type(database_url, conn, sql):
     assert email_line[:7] == ["default", "send-email", "3", "0", "0", "0", "0"]
     assert email_line[7] == "1m"  # the oldest due job has waited a minute and a half
     assert any(line.startswith("(all)") for line in lines)
-    assert lines[-1] == "drains running: 0"
+    assert lines[-2:] == ["drains running: 0", lines[-1]]
+    assert lines[-1].startswith("table jobs: ")
+
+
+def test_stats_and_top_show_the_tables_size_dead_rows_and_last_vacuum(database_url, conn, sql):
+    pgdrain.enqueue_many(conn, [{"job_type": "send-email"}] * 50)
+    for job in pgdrain.claim(conn, batch_size=50, lease_seconds=60):
+        pgdrain.complete(conn, [job])
+    sql("VACUUM jobs")
+    found = json.loads(pgdrain_cli(database_url, "stats", "--json").stdout)["table"]
+    assert found["heap_bytes"] > 0 and found["index_bytes"] > 0
+    assert found["total_bytes"] == found["heap_bytes"] + found["index_bytes"]
+    assert found["vacuums"] >= 1 and 0 <= found["vacuumed_seconds_ago"] < 600
+    assert found["live_rows"] >= 0 and found["dead_rows"] >= 0
+    line = pgdrain_cli(database_url, "stats").stdout.splitlines()[-1]
+    assert re.fullmatch(r"table jobs: [\d.]+ MB \(heap [\d.]+ MB, indexes [\d.]+ MB\), "
+                        r"[\d,]+ live and [\d,]+ dead rows, last vacuum [\d.]+s ago", line), line
+    top = pgdrain_cli(database_url, "top", "--once").stdout.splitlines()
+    assert any(t.startswith("table jobs: ") and "dead rows" in t for t in top)
 
 
 def test_stats_on_an_empty_queue(database_url):

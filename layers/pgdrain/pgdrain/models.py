@@ -358,6 +358,25 @@ class Backlog:
 
 
 @dataclass(frozen=True, slots=True)
+class TableHealth:
+    """The jobs table's footprint and vacuum state (``store.table_health``)."""
+
+    heap_bytes: int
+    index_bytes: int
+    live_rows: int
+    dead_rows: int
+    """Row versions no transaction can see any more, not yet vacuumed (an estimate)."""
+    vacuums: int
+    """Vacuums of the table since the server's statistics were reset, auto and by hand."""
+    vacuumed_seconds_ago: float | None
+    """How long ago the last vacuum ended; None if none since the statistics were reset."""
+
+    @property
+    def total_bytes(self) -> int:
+        return self.heap_bytes + self.index_bytes
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """Counts by queue and status, and the lag of the oldest due pending job."""
 

@@ -28,6 +28,7 @@ from .models import (
     Outcome,
     QueueStats,
     Rate,
+    TableHealth,
     Written,
 )
 from .models import ControlledClaim as ControlledClaim  # drain.py's name for it
@@ -386,6 +387,13 @@ def backlog(conn: Any, *, cap: int = BACKLOG_CAP) -> Backlog:
                    queues_paused=row["queues_paused"])
 
 
+def table_health(conn: Any) -> TableHealth:
+    """The jobs table's size, dead rows and last vacuum (see the catalogue)."""
+    row = as_session(conn).one("jobs_table_health")
+    assert row is not None
+    return TableHealth(**row)
+
+
 def stats(conn: Any) -> QueueStats:
     """Counts by queue and status, and how long the oldest due pending job has waited (a scan
     of the whole table: for operators, not for every drain)."""
@@ -396,7 +404,6 @@ def stats(conn: Any) -> QueueStats:
     lag = session.one("job_oldest_due_age", queues=None)
     assert lag is not None
     return QueueStats(counts=counts, due=lag["due"], oldest_due_seconds=lag["oldest_due_seconds"])
-
 
 
 def overview(conn: Any) -> list[dict[str, Any]]:

@@ -109,7 +109,8 @@ class DrainObserver:
 
     def record(self, summary: DrainSummary, connector: Connector) -> None:
         """The invocation's metrics: counts from ``summary``, the sampled durations and lags,
-        and the backlog (an indexed read, bounded like every statement of the invocation)."""
+        the backlog (an indexed read, bounded like every statement of the invocation) and the
+        jobs table's size and dead rows (the server's statistics)."""
         add = self.metrics.add_metric
         self._add_values("JobDuration", MetricUnit.Milliseconds, self.durations)
         self._add_values("QueueLag", MetricUnit.Seconds, self.lags)
@@ -135,7 +136,8 @@ class DrainObserver:
             add("DrainErrors", MetricUnit.Count, 1)
             return
         try:
-            backlog = store.backlog(connector.session())
+            session = connector.session()
+            backlog, health = store.backlog(session), store.table_health(session)
         except Exception as exc:  # the drain's work is done: a metric must not undo its answer
             if isinstance(exc, DatabaseUnavailable):
                 connector.discard()
@@ -145,6 +147,10 @@ class DrainObserver:
         add("OldestDueAge", MetricUnit.Seconds, backlog.oldest_due_seconds)
         # A paused queue's backlog grows on purpose: this says why, beside the Backlog alarm.
         add("QueuesPaused", MetricUnit.Count, backlog.queues_paused)
+        # The seed's named limit: a table that keeps growing, or dead rows vacuum does not
+        # keep up with (docs/operations.md, "Running hot").
+        add("JobsTableBytes", MetricUnit.Bytes, health.total_bytes)
+        add("JobsDeadRows", MetricUnit.Count, health.dead_rows)
 
     def _add_values(self, name: str, unit: MetricUnit, values: list[float]) -> None:
         """Add a metric's sampled values. The first goes through ``add_metric`` (it checks

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any, TextIO
 
 from .. import operator_store, store
@@ -70,9 +71,11 @@ def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     rows = [{**r, "paused": r["queue"] in paused, "max_running": caps.get(r["queue"]),
              "rate": rates.get(r["queue"])}
             for r in rows]
+    health = store.table_health(conn)
     if args.json:
         print(output.to_json({"queues": rows, "totals": totals, "drains_running": drains,
-                              "paused_queues": sorted(paused), "caps": caps, "rates": rates}),
+                              "paused_queues": sorted(paused), "caps": caps, "rates": rates,
+                              "table": {**asdict(health), "total_bytes": health.total_bytes}}),
               file=out)
         return 0
     if not rows:
@@ -84,6 +87,7 @@ def stats(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
                           **totals, "oldest_due": output.age(totals["oldest_due_seconds"])})
         print(output.table(shown, STATS_COLUMNS), file=out)
     print(f"\ndrains running: {drains}", file=out)
+    print(output.table_health(health), file=out)
     for name, state in paused.items():
         print(f"queue {output.quoted(name)} is PAUSED (for "
               f"{output.age(state['paused_seconds'])}; {_resume_hint(name)})", file=out)

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
+from ..models import TableHealth
+
 Column = tuple[str, str]
 """(the row's key, the header)."""
 
@@ -117,3 +119,19 @@ def record(fields: Mapping[str, Any]) -> str:
             text = cell(value)
         lines.append(f"{key.ljust(width)}  " + text.replace("\n", "\n" + " " * (width + 2)))
     return "\n".join(lines)
+
+
+def megabytes(size: int) -> str:
+    """A size in MB, one decimal: ``35.4 MB``."""
+    return f"{size / 2**20:,.1f} MB"
+
+
+def table_health(health: TableHealth) -> str:
+    """The jobs table's line in ``pgdrain stats`` and ``top``: its size, dead rows (what
+    vacuum has yet to clear) and last vacuum."""
+    seconds = health.vacuumed_seconds_ago
+    vacuumed = ("no vacuum yet" if seconds is None else
+                f"last vacuum {age(max(seconds, 0.1))} ago")
+    return (f"table jobs: {megabytes(health.total_bytes)} (heap "
+            f"{megabytes(health.heap_bytes)}, indexes {megabytes(health.index_bytes)}), "
+            f"{health.live_rows:,} live and {health.dead_rows:,} dead rows, {vacuumed}")

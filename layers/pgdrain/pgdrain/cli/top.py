@@ -1,8 +1,9 @@
 """``pgdrain top``: the queue live, refreshed every second until Ctrl-C.
 
-Per queue, how deep and how old the due work is and how fast jobs finish and fail; the drains
-running now and the slots they hold (of ``PGDRAIN_MAX_DRAINS``). Each refresh is two bounded
-reads (``store.overview``, ``store.drain_slots_held``).
+Per queue, how deep and how old the due work is and how fast jobs finish and fail; the jobs
+table's size, dead rows and last vacuum; the drains running now and the slots they hold (of
+``PGDRAIN_MAX_DRAINS``). Each refresh is three bounded reads (``store.overview``,
+``store.table_health``, ``store.drain_slots_held``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from .. import store
+from ..models import TableHealth
 from . import output
 from .output import Column
 
@@ -49,13 +51,16 @@ def by_queue(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def frame(overview: Sequence[Mapping[str, Any]], slots: Sequence[Mapping[str, Any]], *,
-          max_drains: int, now: datetime, where: str = "") -> str:
+          max_drains: int, now: datetime, where: str = "",
+          health: TableHealth | None = None) -> str:
     """One screen of ``pgdrain top``."""
     queues = by_queue(overview)
     lines = [f"pgdrain top  {now:%Y-%m-%d %H:%M:%S} UTC  (rates over the last minute; "
              "Ctrl-C quits)"]
     lines += [f"database {output.cell(where)}", ""] if where else [""]
     lines.append(output.table(queues, QUEUE_COLUMNS) if queues else "no jobs")
+    if health is not None:
+        lines += ["", output.table_health(health)]
     lines += ["", f"drains running: {len(slots)} of {max_drains} slots"]
     if slots:
         shown = [{**s, "connected": output.age(s["connected_seconds"]),
@@ -77,7 +82,8 @@ def run(conn: Any, *, interval: float, once: bool, out: TextIO, max_drains: int,
     try:
         while not stop.is_set():
             text = frame(store.overview(conn), store.drain_slots_held(conn),
-                         max_drains=max_drains, now=datetime.now(UTC), where=where)
+                         max_drains=max_drains, now=datetime.now(UTC), where=where,
+                         health=store.table_health(conn))
             out.write((CLEAR if live else "") + text)
             out.flush()
             if once:

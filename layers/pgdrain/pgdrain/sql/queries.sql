@@ -1529,6 +1529,21 @@ SELECT (SELECT count(*)
               LIMIT :limit::int) AS c)::int AS due,
        {{queue_controlled_any}} AS controlled
 
+-- name: jobs_table_health
+-- The jobs table's footprint and vacuum state (pgdrain stats and top, the drain's metrics):
+-- heap and index bytes (file sizes: nothing of the table is read), the server's estimates
+-- of live and dead row versions, its vacuums (auto and by hand) and how long ago the last
+-- one ended (pg_stat_user_tables: statistics the server updates about once a second).
+SELECT pg_relation_size(s.relid)::bigint AS heap_bytes,
+       pg_indexes_size(s.relid)::bigint AS index_bytes,
+       s.n_live_tup::bigint AS live_rows,
+       s.n_dead_tup::bigint AS dead_rows,
+       (s.autovacuum_count + s.vacuum_count)::bigint AS vacuums,
+       EXTRACT(EPOCH FROM now() - greatest(s.last_autovacuum, s.last_vacuum))::float8
+           AS vacuumed_seconds_ago
+FROM pg_stat_user_tables AS s
+WHERE s.relid = 'jobs'::regclass
+
 -- name: jobs_tenanted
 -- Whether pending jobs name tenants: an index probe of jobs_pending_tenant_idx (empty unless
 -- tenants are used). A drain that did not know asks when its plain claim comes back short.
