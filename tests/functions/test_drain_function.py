@@ -688,8 +688,9 @@ def test_a_failures_line_carries_its_traceback_once_and_no_lambda_context(load_f
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     jobs = {r["job_id"]: r for r in lines if r.get("job_id")}
     assert set(jobs) == set(ids)
-    for ident, line in jobs.items():
-        assert {"job_id", "job_type", "attempt", "outcome", "error", "correlation_id"} <= set(line)
+    for line in jobs.values():
+        assert {"job_id", "job_type", "attempt", "outcome", "error",
+                "correlation_id"} <= set(line)
         assert line["correlation_id"] == "req-9"
         assert not {"stack_trace", "function_arn", "function_name", "function_memory_size",
                     "function_request_id", "cold_start"} & set(line), line.keys()
