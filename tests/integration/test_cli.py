@@ -595,6 +595,37 @@ def test_top_draws_queues_and_the_drains_holding_slots(database_url, conn):
     assert slot_line[:2] == ["1", str(conn.run("SELECT pg_backend_pid()")[0][0])]
 
 
+def test_top_shows_a_database_outage_and_reconnects(database_url, conn, sql):
+    # The runbook watches top during a failover: the first blip must not end it.
+    import io
+
+    from pgdrain.cli import top
+
+    pgdrain.enqueue(conn, "sync", queue="crm")
+    opened, frames = [], []
+
+    def connect_again():
+        opened.append(connect(database_url))
+        return opened[-1]
+
+    def sleep(_seconds):
+        frames.append(out.getvalue())
+        if len(frames) == 1:  # the database goes away under the session top holds
+            sql("SELECT pg_terminate_backend(:pid)",
+                pid=opened[0].run("SELECT pg_backend_pid()")[0][0])
+        if len(frames) == 3:
+            raise KeyboardInterrupt
+
+    out = io.StringIO()
+    assert top.run(connect_again, interval=0.01, once=False, out=out, max_drains=4,
+                   sleep=sleep) == 0
+    first, down, back = (frames[0], frames[1][len(frames[0]):], frames[2][len(frames[1]):])
+    assert "crm" in first
+    assert "DATABASE UNREACHABLE" in down and "connecting again" in down
+    assert "crm" in back and "UNREACHABLE" not in back
+    assert len(opened) == 2
+
+
 def test_top_quits_cleanly_on_ctrl_c(database_url):
     import signal
     import time

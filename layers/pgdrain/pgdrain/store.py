@@ -499,9 +499,14 @@ def unreserve_drain_launches(conn: Any, count: int) -> int:
     return 0 if row is None else int(row["on_its_way"])
 
 
+def running_jobs(conn: Any, *, limit: int) -> list[dict[str, Any]]:
+    """The running jobs that have run longest, at most ``limit`` (job_running_list)."""
+    return as_session(conn).rows("job_running_list", limit=limit)
+
+
 def drain_slots_held(conn: Any) -> list[dict[str, Any]]:
     """The drain slots taken now: ``slot``, ``pid``, ``connected_seconds``, ``state``,
-    ``application_name`` of the session holding each."""
+    ``state_seconds``, ``application_name`` of the session holding each."""
     return as_session(conn).rows("drain_slots_held", lock_key=DRAIN_SLOT_LOCK_KEY)
 
 

@@ -244,8 +244,14 @@ def _run(args: argparse.Namespace) -> int:
             from ..settings import read
             from .top import run
 
-            return run(conn, interval=args.interval, once=args.once, out=sys.stdout,
-                       max_drains=int(read("PGDRAIN_MAX_DRAINS")), where=target.where)
+            def reconnect() -> object:  # after a failover: the same database, anew
+                return open_connection(demo=args.demo).conn
+
+            conn = None  # top closes it (and the ones it opens after an outage)
+            return run(reconnect, conn=target.conn, interval=args.interval, once=args.once,
+                       out=sys.stdout, max_drains=int(read("PGDRAIN_MAX_DRAINS")),
+                       where=target.where)
         return COMMANDS[args.command](conn, args, sys.stdout)
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()

@@ -351,7 +351,8 @@ RETURNING cardinality(launched) AS on_its_way
 -- (the state is hidden from roles that are not members of the holder's, and then NULL).
 SELECT l.objid::int AS slot, l.pid,
        EXTRACT(EPOCH FROM now() - a.backend_start)::float8 AS connected_seconds,
-       a.state, a.application_name
+       a.state, EXTRACT(EPOCH FROM now() - a.state_change)::float8 AS state_seconds,
+       a.application_name
 FROM pg_locks AS l
 LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'advisory'
@@ -1481,6 +1482,17 @@ FROM given AS g
 LEFT JOIN moved AS m ON m.id = g.id
 LEFT JOIN jobs AS j ON j.id = g.id
 ORDER BY g.id
+
+-- name: job_running_list
+-- The running jobs that have run longest, at most :limit (`pgdrain top`): the running set is
+-- the jobs in flight, read off jobs_running_idx whole and sorted.
+SELECT id, job_type, queue, attempts,
+       EXTRACT(EPOCH FROM now() - claimed_at)::float8 AS running_seconds,
+       progress::text AS progress, cancel_requested_at IS NOT NULL AS cancel_requested
+FROM jobs
+WHERE status = 'running'
+ORDER BY claimed_at, id
+LIMIT :limit::int
 
 -- name: job_stats_by_status
 -- Job counts by queue and status.
