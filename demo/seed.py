@@ -148,8 +148,8 @@ def main() -> None:
                      for r in rows])
         conn.close()
     if embedded:
-        print(f"\nThe demo's queue stays in {demo_datadir()}: try `.venv/bin/pgdrain stats`, "
-              "`.venv/bin/pgdrain list` or `.venv/bin/pgdrain top` (no setting needed).")
+        print(f"\nThe demo's queue stays in {demo_datadir()}: try `.venv/bin/pgdrain stats "
+              "--demo`, `.venv/bin/pgdrain list --demo` or `.venv/bin/pgdrain top --demo`.")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 
 import pgdrain
 from pgdrain.aws.drain_function import DrainFunction
-from pgdrain.aws.powertools import connector_from_env, logger_and_metrics
+from pgdrain.aws.powertools import connector_from_env, logger_and_metrics, with_request_id
 
 logger, metrics = logger_and_metrics()
 # Settings and job modules load once per container; a bad setting fails the cold start loudly.
@@ -28,7 +28,7 @@ def _invoke(event: Any, context: Any) -> dict[str, Any]:
     return FUNCTION(event, context)
 
 
-_handler = metrics.log_metrics(logger.inject_lambda_context(_invoke))
+_handler = metrics.log_metrics(with_request_id(logger)(_invoke))
 if SETTINGS.tracing:
     # Powertools' Tracer imports the X-Ray SDK (about a second of cold start): only on request.
     from aws_lambda_powertools import Tracer

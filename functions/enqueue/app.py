@@ -13,7 +13,7 @@ from typing import Any
 import pgdrain
 from pgdrain.aws.doorbell import Doorbell
 from pgdrain.aws.enqueue_function import EnqueueFunction
-from pgdrain.aws.powertools import connector_from_env, logger_and_metrics
+from pgdrain.aws.powertools import connector_from_env, logger_and_metrics, with_request_id
 from pgdrain.http.requests import Limits
 
 logger, metrics = logger_and_metrics()
@@ -29,7 +29,7 @@ FUNCTION = EnqueueFunction(settings=SETTINGS, registry=pgdrain.REGISTRY,
 
 
 @metrics.log_metrics
-@logger.inject_lambda_context
+@with_request_id(logger)
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The function's entry point (``functions/enqueue/app.py``, ``lambda_handler``)."""
     return FUNCTION(event, context)

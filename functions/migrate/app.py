@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from pgdrain.aws.migration_resource import ANSWER_SECONDS, handle
-from pgdrain.aws.powertools import structured_logger
+from pgdrain.aws.powertools import structured_logger, with_request_id
 
 # JSON lines, the library's own included (a rotated secret's retry, a migration applied).
 logger = structured_logger()
 __all__ = ["ANSWER_SECONDS", "lambda_handler"]
 
 
-@logger.inject_lambda_context
+@with_request_id(logger)
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Custom::PgdrainMigration: Create and Update migrate; Delete does nothing."""
     return handle(event, context, logger)

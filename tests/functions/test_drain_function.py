@@ -327,6 +327,8 @@ def test_logs_and_metrics(load_function, conn, capsys, database_url):
             "OldestDueAge", "JobsTableBytes", "JobsDeadRows"} <= names
     assert emf["JobsTableBytes"][0] > 0 and emf["JobsDeadRows"][0] >= 0
     assert (emf["JobsClaimed"], emf["JobsDone"], emf["JobsRetried"]) == ([2.0], [1.0], [1.0])
+    [finished] = [r for r in lines if r.get("message") == "drain finished"]
+    assert finished["pgdrain_version"] == pgdrain.__version__
 
 
 def test_a_drain_of_many_jobs_logs_each_done_job_and_samples_a_hundred_values(
@@ -647,3 +649,55 @@ def test_a_paused_queue_waits_and_the_metric_says_so(load_function, conn, capsys
     assert (emf["QueuesPaused"], emf["Backlog"]) == ([1.0], [1.0])
     assert (pgdrain.get_job(conn, held)["status"], pgdrain.get_job(conn, ran)["status"]) == (
         "pending", "done")
+
+
+def test_a_local_invocation_starts_no_drain_in_aws(load_function, conn, monkeypatch, capsys):
+    # As sam local invoke and pgdrain invoke run it: a function name that only looks real,
+    # AWS_SAM_LOCAL set. POST /drain drains in the request instead of invoking, continuation
+    # and fan-out start nothing, and boto3 is never imported for it; the log says so once.
+    import sys
+
+    from pgdrain.aws import local
+
+    monkeypatch.setattr(local, "_said", set())
+    monkeypatch.delitem(sys.modules, "boto3", raising=False)
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 3)
+    app = load_function("drain", AWS_LAMBDA_FUNCTION_NAME="DrainFunction",
+                        AWS_SAM_LOCAL="true", PGDRAIN_MAX_JOBS="1")
+    summary = app.lambda_handler({}, LambdaContext())
+    answer = app.lambda_handler(load_event("drain_api.json"), LambdaContext())
+    assert (summary["done"], summary["stopped"], summary["continued"]) == (1, "max_jobs", 0)
+    assert answer["statusCode"] == 200 and json.loads(answer["body"])["done"] == 1
+    assert "boto3" not in sys.modules
+    said = [line for line in capsys.readouterr().out.splitlines()
+            if "local invocation (AWS_SAM_LOCAL): the drain" in line]
+    assert len(said) == 1
+
+
+def test_a_failures_line_carries_its_traceback_once_and_no_lambda_context(load_function, conn,
+                                                                          capsys):
+    # What an operator searches for stays (job id, type, attempt, outcome, error, request
+    # id); the traceback comes once, as text; a deliberate Discard has none; the function's
+    # name, ARN and memory (the log group's own) are not repeated on every line.
+    ids = {r.id: t for r, t in zip(pgdrain.enqueue_many(conn, [{"job_type": "test-boom"},
+                                                                {"job_type": "test-discard"}]),
+                                    ("test-boom", "test-discard"), strict=True)}
+    app = load_function("drain")
+    capsys.readouterr()
+    app.lambda_handler({}, LambdaContext(request_id="req-9"))
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    jobs = {r["job_id"]: r for r in lines if r.get("job_id")}
+    assert set(jobs) == set(ids)
+    for line in jobs.values():
+        assert {"job_id", "job_type", "attempt", "outcome", "error",
+                "correlation_id"} <= set(line)
+        assert line["correlation_id"] == "req-9"
+        assert not {"stack_trace", "function_arn", "function_name", "function_memory_size",
+                    "function_request_id", "cold_start"} & set(line), line.keys()
+    boom = next(line for line in jobs.values() if line["job_type"] == "test-boom")
+    assert boom["outcome"] == "retried" and boom["exception"].count("Traceback") == 1
+    assert len(json.dumps(boom)) < 1000
+    discard = next(line for line in jobs.values() if line["job_type"] == "test-discard")
+    assert discard["outcome"] == "failed" and "exception" not in discard
+    assert "the customer no longer exists" in discard["error"]
+    assert all("function_arn" not in line for line in lines)

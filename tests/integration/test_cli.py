@@ -158,9 +158,13 @@ def test_requeue_by_id_gives_only_that_failed_job_fresh_attempts(database_url, c
     [again] = pgdrain.claim(conn, batch_size=5, lease_seconds=60)
     assert again.id == chosen
 
-    nothing = pgdrain_cli(database_url, "requeue", "--id", str(chosen))
-    assert nothing.returncode == 0, nothing.stderr
+    # Named but not failed (claimed again: running), or no such job: said, and exit 1.
+    nothing = pgdrain_cli(database_url, "requeue", "--id", str(chosen), "--id", "987654")
+    assert nothing.returncode == 1, nothing.stderr
     assert nothing.stdout.strip() == "requeued 0 job(s)"
+    said = nothing.stderr.strip().splitlines()[1:]
+    assert said == [f"pgdrain requeue: job {chosen} was not requeued: it is running, not failed",
+                    "pgdrain requeue: job 987654 was not requeued: there is no such job"]
 
 
 def test_janitor_reclaims_an_expired_lease(database_url, conn, sql):
@@ -190,14 +194,37 @@ def test_janitor_skips_while_another_drain_holds_its_lock(database_url, conn):
     assert json.loads(result.stdout)["ran"] is False
 
 
-@pytest.mark.parametrize("database_url_value", [None, ""], ids=["unset", "empty"])
-def test_without_a_database_exits_2_saying_how_to_give_one(database_url_value, tmp_path):
-    # No setting and no `make demo` database (the temp dir is empty).
-    result = pgdrain_cli(database_url_value, "stats", tmpdir=str(tmp_path))
+def test_without_a_database_exits_2_saying_how_to_give_one(tmp_path):
+    # No setting: an error, never the demo's database unasked (the temp dir is empty here).
+    result = pgdrain_cli(None, "stats", tmpdir=str(tmp_path))
     assert result.returncode == 2
     assert "no database configured: set DATABASE_URL, or DB_SECRET_ARN" in result.stderr
-    assert "make demo" in result.stderr
+    assert "--demo" in result.stderr and "make demo" in result.stderr
     assert result.stdout == ""
+
+
+def test_a_blank_database_url_is_an_error_that_says_so(tmp_path):
+    result = pgdrain_cli(" ", "stats", tmpdir=str(tmp_path))
+    assert result.returncode == 2
+    assert "DATABASE_URL is set but empty" in result.stderr
+    assert result.stdout == ""
+
+
+def test_every_command_says_which_database_it_is_on(database_url, conn):
+    from pgdrain.db import parse_database_url
+
+    params = parse_database_url(database_url)
+    pgdrain.enqueue(conn, "where")
+    for args in (("stats",), ("list", "--json"), ("show", "1"), ("schedules",), ("janitor",),
+                 ("top", "--once")):
+        result = pgdrain_cli(database_url, *args)
+        first = result.stderr.splitlines()[0]
+        assert first == (f"pgdrain {args[0]}: database {params.user}@{params.where} "
+                         "(DATABASE_URL)"), (args, result.stderr)
+        assert PASSWORD not in result.stderr + result.stdout
+    frame = pgdrain_cli(database_url, "top", "--once").stdout.splitlines()
+    assert frame[1] == f"database {params.user}@{params.where} (DATABASE_URL)"
+    assert json.loads(pgdrain_cli(database_url, "list", "--json").stdout)  # stdout: JSON only
 
 
 @pytest.mark.parametrize("url", [
@@ -264,8 +291,26 @@ def test_a_database_error_prints_the_servers_message_only(empty_database_url):
     # the record pg8000 carries (severity, source file, line, routine).
     result = pgdrain_cli(empty_database_url, "requeue", "--all")
     assert result.returncode == 1
-    assert result.stderr.strip() == ('pgdrain requeue: the database refused it: relation "jobs" '
-                                     'does not exist (SQLSTATE 42P01)')
+    assert result.stderr.strip().splitlines()[-1] == (
+        'pgdrain requeue: the database refused it: relation "jobs" does not exist '
+        "(SQLSTATE 42P01). pgdrain's schema is not in this database: run `pgdrain migrate` "
+        "(or check that this is the database the stack uses)")
+
+
+def test_a_failed_migration_says_why_in_one_line(empty_database_url):
+    # A table of the application's own in the way: the server's message and SQLSTATE, not
+    # pg8000's whole error record.
+    conn = connect(empty_database_url)
+    try:
+        conn.run("CREATE TABLE jobs (id int)")
+    finally:
+        conn.close()
+    result = pgdrain_cli(empty_database_url, "migrate")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("pgdrain migrate: migration 0001_create_jobs failed: relation "
+                           '"jobs" already exists (SQLSTATE 42P07)'), last
+    assert "{" not in last and "'S'" not in last
 
 
 def test_the_library_refuses_an_id_no_job_can_have(conn):
@@ -337,28 +382,158 @@ def test_show_prints_every_field_and_the_last_error(database_url, conn):
 
     missing = pgdrain_cli(database_url, "show", "987654321")
     assert missing.returncode == 1
-    assert missing.stderr.strip() == "pgdrain show: there is no job 987654321"
+    assert missing.stderr.strip().splitlines()[-1] == "pgdrain show: there is no job 987654321"
 
 
 def test_requeue_selects_by_type_or_queue_or_all_in_batches(database_url, conn, sql):
     ids = _failed_jobs(conn, [{"job_type": "sync"}] * 5 + [{"job_type": "email", "queue": "mail"}]
                        + [{"job_type": "other"}])
-    by_queue = pgdrain_cli(database_url, "requeue", "--queue", "mail", "--json")
+    by_queue = pgdrain_cli(database_url, "requeue", "--queue", "mail", "--json", "--yes")
     assert json.loads(by_queue.stdout) == {"requeued": [ids[5]]}
     # Five sync jobs, two per statement: three batches, one call.
-    by_type = pgdrain_cli(database_url, "requeue", "--type", "sync", "--batch", "2")
+    by_type = pgdrain_cli(database_url, "requeue", "--type", "sync", "--batch", "2", "--yes")
     assert by_type.returncode == 0, by_type.stderr
     assert by_type.stdout.strip() == "requeued 5 job(s): " + ", ".join(map(str, ids[:5]))
-    rest = pgdrain_cli(database_url, "requeue", "--all", "--json")
+    rest = pgdrain_cli(database_url, "requeue", "--all", "--json", "--yes")
     assert json.loads(rest.stdout) == {"requeued": [ids[6]]}
     assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'failed'")[0]["n"] == 0
 
 
-def test_requeue_without_a_selector_is_every_failed_job(database_url, conn):
+def test_requeue_without_a_selector_counts_then_requeues_every_failed_job_with_yes(
+        database_url, conn, sql):
+    # As purge: a bulk requeue says how many it would requeue and waits for --yes.
     ids = _failed_jobs(conn, [{"job_type": "a"}, {"job_type": "b", "queue": "q"}])
-    result = pgdrain_cli(database_url, "requeue")
+    for args in ((), ("--all",), ("--type", "a")):
+        counted = pgdrain_cli(database_url, "requeue", *args)
+        assert counted.returncode == 0, counted.stderr
+        assert counted.stdout.strip().startswith(f"{1 if args[:1] == ('--type',) else 2} "
+                                                 "failed job(s) match; run again with --yes")
+    assert json.loads(pgdrain_cli(database_url, "requeue", "--json").stdout) == {
+        "would_requeue": 2, "requeued": []}
+    assert sql("SELECT count(*) AS n FROM jobs WHERE status = 'failed'")[0]["n"] == 2
+    result = pgdrain_cli(database_url, "requeue", "--yes")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "requeued 2 job(s): " + ", ".join(map(str, ids))
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--queue", "mial"), "no queue 'mial': no job names it (a typo?)"),
+    (("--type", "snyc"), "no job has type 'snyc' (a typo?)"),
+])
+def test_requeue_of_a_queue_or_type_no_job_has_is_a_typo(database_url, conn, args, words):
+    _failed_jobs(conn, [{"job_type": "sync", "queue": "mail"}])
+    result = pgdrain_cli(database_url, "requeue", *args, "--yes")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"pgdrain requeue: {words}"
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args, advice", [
+    (("resume", "mial"), "there is nothing to resume"),
+    (("queue", "set", "mial", "--rate", "5/s"), "`pgdrain queue set QUEUE ... --new`"),
+    (("pause", "mial"), "`pgdrain pause QUEUE --new`"),
+])
+def test_a_queue_typo_gets_the_advice_of_its_own_command(database_url, conn, args, advice):
+    pgdrain.enqueue(conn, "sync", queue="mail")
+    result = pgdrain_cli(database_url, *args)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert "no queue 'mial'" in last and advice in last, last
+    if args[0] != "pause":
+        assert "pause" not in last.split("(a typo?)")[1]
+
+
+def test_delete_shows_then_deletes_and_leaves_a_running_job(database_url, conn, sql):
+    waiting = pgdrain.enqueue(conn, "a").id
+    failed = _failed_jobs(conn, [{"job_type": "b"}])[0]
+    running = pgdrain.enqueue(conn, "c").id
+    sql("UPDATE jobs SET status = 'running', lease_token = gen_random_uuid(), "
+        "lease_expires_at = now() + interval '1 minute' WHERE id = :id", id=running)
+    args = ("delete", str(waiting), str(failed), str(running), "987654")
+    shown = pgdrain_cli(database_url, *args)
+    assert shown.returncode == 0, shown.stderr
+    assert "would delete (pending)" in shown.stdout and "would delete (failed)" in shown.stdout
+    assert "run again with --yes" in shown.stdout
+    assert sql("SELECT count(*) AS n FROM jobs")[0]["n"] == 3
+    done = pgdrain_cli(database_url, *args, "--yes", "--json")
+    assert done.returncode == 1
+    assert json.loads(done.stdout) == {str(waiting): "deleted", str(failed): "deleted",
+                                       str(running): "running", "987654": "not_found"}
+    assert f"job {running} was not deleted: it is running: cancel it first" in done.stderr
+    assert [r["id"] for r in sql("SELECT id FROM jobs")] == [running]
+
+
+def test_run_now_makes_a_waiting_job_due(database_url, conn, sql):
+    failed = _failed_jobs(conn, [{"job_type": "c"}])[0]
+    later = pgdrain.enqueue(conn, "a", delay_seconds=3600).id
+    due = pgdrain.enqueue(conn, "b").id
+    result = pgdrain_cli(database_url, "run-now", str(later), str(due), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {str(later): "due_now", str(due): "already_due"}
+    assert sql("SELECT run_at <= now() AS due FROM jobs WHERE id = :id", id=later)[0]["due"]
+    [claimed, _] = pgdrain.claim(conn, batch_size=5, lease_seconds=60)
+    assert claimed.id == later or _.id == later
+    refused = pgdrain_cli(database_url, "run-now", str(failed))
+    assert refused.returncode == 1
+    assert f"job {failed} was not made due: it is failed, not pending" in refused.stderr
+
+
+def test_enqueue_from_the_shell(database_url, conn, sql):
+    result = pgdrain_cli(database_url, "enqueue", "send-email", "--payload",
+                         '{"to": "a@example.com"}', "--queue", "mail", "--priority", "-1",
+                         "--dedupe-key", "k1")
+    assert result.returncode == 0, result.stderr
+    [row] = sql("SELECT id, job_type, payload, queue, priority, dedupe_key FROM jobs")
+    assert result.stdout.strip() == f"enqueued job {row['id']} (due now)"
+    assert (row["job_type"], row["payload"], row["queue"], row["priority"]) == (
+        "send-email", {"to": "a@example.com"}, "mail", -1)
+    again = pgdrain_cli(database_url, "enqueue", "send-email", "--dedupe-key", "k1", "--json")
+    assert json.loads(again.stdout) == {"id": row["id"], "created": False, "due": False}
+    later = json.loads(pgdrain_cli(database_url, "enqueue", "x", "--delay", "1h",
+                                   "--json").stdout)
+    assert later["created"] and not later["due"]
+    for bad, words in ((("--payload", "{nope"), "argument --payload: not JSON"),
+                       (("--payload", "[1]"), "must be a JSON object"),
+                       (("--max-attempts", "0"), "argument --max-attempts")):
+        refused = pgdrain_cli(database_url, "enqueue", "x", *bad)
+        assert refused.returncode == 2 and words in refused.stderr, refused.stderr
+    assert sql("SELECT count(*) AS n FROM jobs")[0]["n"] == 2
+
+
+def test_queues_lists_each_queue_with_its_settings_and_jobs(database_url, conn):
+    pgdrain.enqueue_many(conn, [{"job_type": "a", "queue": "mail"}] * 2
+                         + [{"job_type": "b", "delay_seconds": 3600}])
+    pgdrain.control.set_queue(conn, "partner", max_running=3, rate="10/s", new=True)
+    pgdrain.control.pause(conn, "mail")
+    found = {q["queue"]: q for q in json.loads(
+        pgdrain_cli(database_url, "queues", "--json").stdout)}
+    assert set(found) == {"mail", "default", "partner"}
+    assert (found["mail"]["paused"], found["mail"]["due"]) == (True, 2)
+    assert (found["default"]["scheduled"], found["default"]["paused"]) == (1, False)
+    assert (found["partner"]["max_running"], found["partner"]["rate"]) == (3, "10/s")
+    table = pgdrain_cli(database_url, "queues").stdout.splitlines()
+    assert table[0].split()[:3] == ["QUEUE", "PAUSED", "MAX"]
+
+
+def test_migrate_status_lists_applied_and_pending_migrations(empty_database_url):
+    before = json.loads(pgdrain_cli(empty_database_url, "migrate", "--status", "--json").stdout)
+    assert before and all(m["applied_at"] is None for m in before)
+    text = pgdrain_cli(empty_database_url, "migrate", "--status").stdout
+    assert f"{len(before)} to apply: run `pgdrain migrate`" in text
+    assert pgdrain_cli(empty_database_url, "migrate").returncode == 0
+    after = json.loads(pgdrain_cli(empty_database_url, "migrate", "--status", "--json").stdout)
+    assert [m["version"] for m in after] == [m["version"] for m in before]
+    assert all(m["applied_at"] for m in after)
+    assert "schema is up to date" in pgdrain_cli(empty_database_url, "migrate",
+                                                 "--status").stdout
+
+
+def test_version():
+    from pgdrain.version import VERSION
+
+    result = subprocess.run([sys.executable, "-m", "pgdrain", "--version"], env=_env(None),
+                            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == f"pgdrain {VERSION}"
 
 
 def test_purge_counts_first_and_deletes_with_yes(database_url, conn, sql):
@@ -420,6 +595,37 @@ def test_top_draws_queues_and_the_drains_holding_slots(database_url, conn):
     assert slot_line[:2] == ["1", str(conn.run("SELECT pg_backend_pid()")[0][0])]
 
 
+def test_top_shows_a_database_outage_and_reconnects(database_url, conn, sql):
+    # The runbook watches top during a failover: the first blip must not end it.
+    import io
+
+    from pgdrain.cli import top
+
+    pgdrain.enqueue(conn, "sync", queue="crm")
+    opened, frames = [], []
+
+    def connect_again():
+        opened.append(connect(database_url))
+        return opened[-1]
+
+    def sleep(_seconds):
+        frames.append(out.getvalue())
+        if len(frames) == 1:  # the database goes away under the session top holds
+            sql("SELECT pg_terminate_backend(:pid)",
+                pid=opened[0].run("SELECT pg_backend_pid()")[0][0])
+        if len(frames) == 3:
+            raise KeyboardInterrupt
+
+    out = io.StringIO()
+    assert top.run(connect_again, interval=0.01, once=False, out=out, max_drains=4,
+                   sleep=sleep) == 0
+    first, down, back = (frames[0], frames[1][len(frames[0]):], frames[2][len(frames[1]):])
+    assert "crm" in first
+    assert "DATABASE UNREACHABLE" in down and "connecting again" in down
+    assert "crm" in back and "UNREACHABLE" not in back
+    assert len(opened) == 2
+
+
 def test_top_quits_cleanly_on_ctrl_c(database_url):
     import signal
     import time
@@ -436,12 +642,13 @@ def test_top_quits_cleanly_on_ctrl_c(database_url):
     finally:
         process.kill()
     assert process.returncode == 0
-    assert err == ""
+    assert [line.split(": database ")[0] for line in err.splitlines()] == ["pgdrain top"]
     assert out.count("pgdrain top") >= 2  # it refreshed before Ctrl-C
 
 
-def test_without_settings_it_reaches_the_demo_database(tmp_path, monkeypatch):
-    # `make demo` leaves its embedded database; with no setting the command finds it.
+def test_with_demo_it_reaches_the_demo_database_and_only_then(tmp_path, monkeypatch):
+    # `make demo` leaves its embedded database: --demo reaches it; without --demo and with
+    # nothing configured, the command refuses rather than showing the demo's queue.
     pytest.importorskip("pgserver")
     import tempfile
 
@@ -456,9 +663,19 @@ def test_without_settings_it_reaches_the_demo_database(tmp_path, monkeypatch):
             pgdrain.enqueue(conn, "from-the-demo")
         finally:
             conn.close()
-    result = pgdrain_cli(None, "list", "--json", tmpdir=str(tmp_path))
+    result = pgdrain_cli(None, "list", "--json", "--demo", tmpdir=str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert [r["job_type"] for r in json.loads(result.stdout)] == ["from-the-demo"]
+    assert "(the demo's embedded database (--demo))" in result.stderr.splitlines()[0]
+    unasked = pgdrain_cli(None, "list", "--json", tmpdir=str(tmp_path))
+    assert unasked.returncode == 2 and "no database configured" in unasked.stderr
+
+
+def test_demo_without_a_demo_database_says_to_run_make_demo(tmp_path):
+    pytest.importorskip("pgserver")
+    result = pgdrain_cli(None, "stats", "--demo", tmpdir=str(tmp_path))
+    assert result.returncode == 2
+    assert "no demo database on this machine; run `make demo`" in result.stderr
 
 
 def test_it_reaches_the_database_through_a_secret_as_the_functions_do(aws, database_url, conn):
@@ -540,25 +757,46 @@ def test_pausing_an_unknown_queue_exits_2_unless_it_is_said_to_be_new(database_u
     assert bad.returncode == 2 and "without control characters" in bad.stderr
 
 
-def test_schedules_lists_declared_entries_with_their_next_run_and_removed_ones(database_url,
-                                                                              conn):
+def test_schedules_come_from_the_database_not_the_shells_job_modules(database_url, conn):
+    # What the drains declared (scheduler.declare, at a drain's first pass) is what the
+    # command shows, whatever PGDRAIN_JOBS the operator's shell has (here, other modules).
+    from pgdrain import scheduler
+    from pgdrain.registry import Registry
+
+    drains = Registry()
+    scheduler.schedule("0 3 * * *", "report", tz="Europe/Paris", name="nightly-report",
+                       registry=drains)
+    scheduler.schedule("*/15 * * * *", "report", name="quarter-hour-report", queue="reports",
+                       registry=drains)
+    scheduler.declare(conn, drains)
     conn.run("INSERT INTO pgdrain_schedules (name, last_tick, last_job_id) "
              "VALUES ('renamed-away', now() - interval '1 day', 7)")
-    env = {**_env(database_url), "PGDRAIN_JOBS": "tests.support.scheduled_jobs"}
-    result = subprocess.run([sys.executable, "-m", "pgdrain", "schedules", "--json"], env=env,
-                            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    env = {**_env(database_url), "PGDRAIN_JOBS": "tests.support.jobs"}
+
+    def schedules(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pgdrain", "schedules", *args], env=env,
+                              cwd=REPO, capture_output=True, text=True, timeout=60,
+                              check=False)
+
+    result = schedules("--json")
     assert result.returncode == 0, result.stderr
     rows = {r["name"]: r for r in json.loads(result.stdout)}
     assert set(rows) == {"nightly-report", "quarter-hour-report", "renamed-away"}
     nightly = rows["nightly-report"]
-    assert (nightly["cron"], nightly["tz"], nightly["queue"]) == ("0 3 * * *", "Europe/Paris",
-                                                                  "default")
+    assert (nightly["cron"], nightly["tz"], nightly["queue"], nightly["declared"]) == (
+        "0 3 * * *", "Europe/Paris", "default", True)
     assert nightly["next_run"].endswith("+00:00") and nightly["last_tick"] is None
     assert rows["quarter-hour-report"]["queue"] == "reports"
     assert rows["renamed-away"]["declared"] is False
-    table = subprocess.run([sys.executable, "-m", "pgdrain", "schedules"], env=env, cwd=REPO,
-                           capture_output=True, text=True, timeout=60, check=False)
+    table = schedules()
     assert "(removed: stopped)" in table.stdout and "quarter-hour-report" in table.stdout
+    # The drains' modules no longer declare the quarter-hour entry: it goes.
+    fewer = Registry()
+    scheduler.schedule("0 3 * * *", "report", tz="Europe/Paris", name="nightly-report",
+                       registry=fewer)
+    scheduler.declare(conn, fewer)
+    assert {r["name"] for r in json.loads(schedules("--json").stdout)} == {
+        "nightly-report", "renamed-away"}
 
 
 def test_show_prints_a_jobs_result_and_progress(database_url, conn):

@@ -96,6 +96,10 @@ def test_the_drain_enqueues_and_runs_a_due_tick(database_url, sql):
         connector.discard()
     assert (summary.scheduled, summary.done, len(ran)) == (1, 1, 1)
     assert sql("SELECT name FROM pgdrain_schedules") == [{"name": "report"}]
+    # The drain declared its entry, for `pgdrain schedules` to read without the job modules.
+    assert sql("SELECT name, cron, tz, job_type, queue FROM pgdrain_schedule_declarations") == [
+        {"name": "report", "cron": "* * * * *", "tz": "UTC", "job_type": "report",
+         "queue": "default"}]
 
 
 @pytest.mark.parametrize("round_", range(5))

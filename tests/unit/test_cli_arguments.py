@@ -72,11 +72,49 @@ def test_top_sums_types_per_queue_with_rates_over_the_minute():
     [crm] = top.by_queue(rows)
     assert (crm["due"], crm["running"], crm["failed"], crm["done_rate"], crm["failed_rate"],
             crm["oldest_due"]) == (4, 2, 4, 2.0, 0.1, "1m 10s")
-    screen = top.frame(rows, [{"slot": 0, "pid": 42, "connected_seconds": 5.0,
-                               "state": "active", "application_name": ""}],
+    screen = top.frame(top.View(rows, [{"slot": 0, "pid": 42, "connected_seconds": 5.0,
+                                         "state": "active", "state_seconds": 0.5,
+                                         "application_name": ""}]),
                        max_drains=4, now=datetime(2026, 12, 1, tzinfo=UTC))
     assert "drains running: 1 of 4 slots" in screen
-    assert screen.splitlines()[-1].split() == ["0", "42", "5s", "active"]
+    assert screen.splitlines()[-1].split() == ["0", "42", "5s", "in", "a", "statement", "0.5s"]
+
+
+def test_top_shows_each_queues_state_the_running_jobs_and_what_a_drain_is_doing():
+    rows = [{"queue": "crm", "job_type": "a", "due": 3, "scheduled": 0, "running": 1,
+             "failed": 0, "oldest_due_seconds": 1.0, "done_last_minute": 0,
+             "failed_last_minute": 0}]
+    states = [{"queue": "crm", "paused_at": datetime(2026, 12, 1, tzinfo=UTC),
+               "max_running": 3, "rate": "10/s"},
+              {"queue": "partner", "paused_at": None, "max_running": None, "rate": "5/min"}]
+    running = [{"id": 7, "job_type": "export", "queue": "crm", "attempts": 2,
+                "running_seconds": 125.0, "progress": '{"fraction": 0.4, "message": "rows"}',
+                "cancel_requested": True}]
+    slots = [{"slot": 1, "pid": 9, "connected_seconds": 60.0, "state": "idle",
+              "state_seconds": 3.0, "application_name": "pgdrain"}]
+    screen = top.frame(top.View(rows, slots, states, running), max_drains=4,
+                       now=datetime(2026, 12, 1, tzinfo=UTC), where="app@db:5432/app (URL)")
+    lines = screen.splitlines()
+    assert lines[1] == "database app@db:5432/app (URL)"
+    crm = next(line for line in lines if line.startswith("crm "))
+    assert "PAUSED, cap 3, rate 10/s" in crm
+    assert any(line.startswith("partner") and "rate 5/min" in line for line in lines)
+    job = next(line for line in lines if line.startswith("7 "))
+    assert job.split()[:5] == ["7", "export", "crm", "2", "2m"]
+    assert job.endswith("cancel asked; 40% rows")
+    assert lines[-1].split()[3:] == ["between", "statements", "3s"]
+    narrow = top.frame(top.View(rows, slots, states, running), max_drains=4,
+                       now=datetime(2026, 12, 1, tzinfo=UTC), width=30)
+    assert max(len(line) for line in narrow.splitlines()) <= 30
+
+
+def test_top_shows_an_outage_with_since_when_and_why():
+    since = datetime(2026, 12, 1, 5, 0, 0, tzinfo=UTC)
+    screen = top.outage(since=since, error="DatabaseUnavailable: network error",
+                        now=datetime(2026, 12, 1, 5, 0, 42, tzinfo=UTC))
+    assert "DATABASE UNREACHABLE for 42s (since 05:00:00 UTC): DatabaseUnavailable: network " \
+           "error" in screen
+    assert "connecting again at every refresh" in screen
 
 
 def test_a_record_keeps_a_tracebacks_lines_and_escapes_the_rest():

@@ -99,3 +99,20 @@ def test_a_connection_of_an_unknown_driver_is_not_asked(client, caplog):
         "open; it rings without asking the database (pass a pg8000, psycopg 3 or psycopg2 "
         "connection, after the commit)"]
     stubber.assert_no_pending_responses()
+
+
+def test_a_local_invocation_rings_no_drain_in_aws_unless_a_stand_in_is_named(caplog,
+                                                                            monkeypatch):
+    # sam local and pgdrain invoke set AWS_SAM_LOCAL beside a function name that only looks
+    # real: the doorbell would have invoked it in the shell's region with its credentials.
+    from pgdrain.aws import local as local_rule
+
+    monkeypatch.setattr(local_rule, "_said", set())
+    local = {"DRAIN_FUNCTION_NAME": "DrainFunction", "AWS_SAM_LOCAL": "true"}
+    with caplog.at_level("INFO", logger="pgdrain"):
+        assert Doorbell.from_env(local).function_name is None
+    assert "local invocation (AWS_SAM_LOCAL): the doorbell starts no drain in AWS" in caplog.text
+    standin = {**local, "AWS_ENDPOINT_URL_LAMBDA": "http://127.0.0.1:9"}
+    assert Doorbell.from_env(standin).function_name == "DrainFunction"
+    assert Doorbell.from_env({"DRAIN_FUNCTION_NAME": "d", "AWS_SAM_LOCAL": "false"}
+                             ).function_name == "d"

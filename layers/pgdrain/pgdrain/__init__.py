@@ -42,23 +42,23 @@ from .models import (
     Status,
     Written,
 )
+from .operator_store import cancel, requeue_failed
 from .policy import Backoff, TypePolicy
 from .registry import REGISTRY, Handler, Registry, Schedule, job, load_job_modules
 from .scheduler import schedule
 from .settings import Settings
 from .store import (
     backlog,
-    cancel,
     claim,
     complete,
     fail,
     finish_many,
     get_job,
     release,
-    requeue_failed,
     retry,
     stats,
 )
+from .version import VERSION as __version__
 
 
 def __getattr__(name: str) -> object:
@@ -103,6 +103,7 @@ __all__ = [
     "TypePolicy",
     "UnknownQueue",
     "Written",
+    "__version__",
     "backlog",
     "cancel",
     "claim",

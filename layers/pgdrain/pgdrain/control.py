@@ -33,7 +33,7 @@ def pause(conn: Any, queue: str, *, new: bool = False) -> dict[str, Any]:
     session = as_session(conn)
     name = queue_name(queue)
     if not new:
-        _known(session, name)
+        _known(session, name, "pause")
     row = store.pause_queue(session, name)
     return {"queue": row["queue"], "paused": True, "paused_at": row["paused_at"]}
 
@@ -43,7 +43,7 @@ def resume(conn: Any, queue: str) -> dict[str, Any]:
     ``{"queue", "paused": False, "paused_at": None}``. An unknown queue raises UnknownQueue."""
     session = as_session(conn)
     name = queue_name(queue)
-    _known(session, name)
+    _known(session, name, "resume")
     store.resume_queue(session, name)
     return {"queue": name, "paused": False, "paused_at": None}
 
@@ -79,7 +79,7 @@ def set_queue(conn: Any, queue: str, *, max_running: Any = UNCHANGED, rate: Any 
     session = as_session(conn)
     name = queue_name(queue)
     if not new:
-        _known(session, name)
+        _known(session, name, "set")
     row = store.set_queue(session, name, set_cap=max_running is not UNCHANGED,
                           max_running=None if max_running is UNCHANGED else max_running,
                           set_rate=rate is not UNCHANGED, rate=limit)
@@ -94,8 +94,16 @@ def paused_queues(conn: Any) -> dict[str, Any]:
             if r["paused_at"] is not None}
 
 
-def _known(session: Any, queue: str) -> None:
+_BEFORE_ITS_FIRST_JOB = {
+    "pause": "to pause a queue before its first job: pgdrain.pause(conn, queue, new=True) or "
+             "`pgdrain pause QUEUE --new`",
+    "resume": "there is nothing to resume",
+    "set": "to set a queue before its first job: pgdrain.set_queue(conn, queue, ..., "
+           "new=True) or `pgdrain queue set QUEUE ... --new`",
+}
+
+
+def _known(session: Any, queue: str, action: str) -> None:
     if not store.queue_known(session, queue):
-        raise UnknownQueue(f"no queue {queue!r}: no job names it and it was never paused "
-                           "(a typo?); to pause a queue before its first job: pgdrain.pause(conn, "
-                           "queue, new=True) or `pgdrain pause QUEUE --new`")
+        raise UnknownQueue(f"no queue {queue!r}: no job names it and it was never set "
+                           f"(a typo?); {_BEFORE_ITS_FIRST_JOB[action]}")

@@ -173,26 +173,26 @@ def timestamptz_from_text(text: str) -> datetime | str:
 
 def connect(params: ConnectParams | str, *, timeout: float | None = None
             ) -> pg8000.native.Connection:
-    """Open a pg8000 native connection (autocommit) for ``params`` or a URL.
-
-    ``timeout`` (seconds) bounds the connect and each socket read, lowering the URL's own
-    ``connect_timeout`` if that is longer.
-    """
+    """Open a pg8000 native connection (autocommit) for ``params`` or a URL. ``timeout``
+    (seconds) bounds the connect and each socket read, lowering the URL's own
+    ``connect_timeout`` if that is longer."""
     if isinstance(params, str):
         params = parse_database_url(params)
     if timeout is not None and (params.timeout is None or timeout < params.timeout):
         params = replace(params, timeout=timeout)
-    conn = pg8000.native.Connection(
-        user=params.user,
-        password=params.password,
-        host=params.host or "localhost",
-        port=params.port,
-        database=params.database,
-        unix_sock=params.unix_sock,
-        ssl_context=ssl_context_for(params),
-        timeout=params.timeout,
-        application_name=params.application_name,
-    )
+    try:
+        conn = pg8000.native.Connection(
+            user=params.user, password=params.password, host=params.host or "localhost",
+            port=params.port, database=params.database, unix_sock=params.unix_sock,
+            ssl_context=ssl_context_for(params), timeout=params.timeout,
+            application_name=params.application_name)
+    except AttributeError:  # pg8000 decodes a missing password for SCRAM: say what it is
+        if params.password is not None:
+            raise
+        conn = None  # raised below, not here: no AttributeError as its context
+    if conn is None:
+        raise pg8000.native.InterfaceError("server requesting SCRAM password authentication, "
+                                           "but no password was provided")
     conn.register_in_adapter(TIMESTAMPTZ, timestamptz_from_text)
     _no_delay(conn)
     return conn

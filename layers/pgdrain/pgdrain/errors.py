@@ -38,6 +38,17 @@ class MigrationError(PgdrainError):
     """The database schema could not be brought up to date."""
 
 
+def server_text(exc: BaseException) -> str:
+    """A server's error in one line: its message, detail and hint, and its SQLSTATE; not the
+    driver's whole record (severity, source file, line, routine). Any other error: its type
+    and text."""
+    fields = exc.args[0] if exc.args else None
+    if isinstance(fields, dict) and fields.get("M"):
+        said = "; ".join(str(fields[k]) for k in ("M", "D", "H") if fields.get(k))
+        return f"{said} (SQLSTATE {fields.get('C', '?')})"
+    return f"{type(exc).__name__}: {exc}"
+
+
 class DedupeContention(PgdrainError):
     """The live jobs holding a batch's dedupe keys kept finishing and being replaced by other
     enqueues while this one ran; retrying it is safe (inside a transaction, nothing stayed)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .db import as_session
-from .errors import MigrationError
+from .errors import MigrationError, server_text
 from .sql import migrations
 from .store import MIGRATION_LOCK_KEY
 
@@ -32,8 +32,19 @@ def migrate(conn: Any) -> list[str]:
             try:
                 session.run_script(sql)
             except Exception as exc:
-                raise MigrationError(f"migration {version:04d}_{name} failed: {exc}") from exc
+                raise MigrationError(f"migration {version:04d}_{name} failed: "
+                                     f"{server_text(exc)}") from exc
             session.rows("migration_record", version=version, name=name)
             applied_now.append(f"{version:04d}_{name}")
     return applied_now
 
+
+def status(conn: Any) -> list[dict[str, Any]]:
+    """Every migration this version of pgdrain has, in order, and when each was applied to
+    this database (None: not yet). Reads only; an unmigrated database has none applied."""
+    session = as_session(conn)
+    applied: dict[int, Any] = {}
+    if session.rows("migration_table_exists")[0]["present"]:
+        applied = {r["version"]: r["applied_at"] for r in session.rows("migration_applied")}
+    return [{"version": version, "name": name, "applied_at": applied.get(version)}
+            for version, name, _ in migrations()]

@@ -20,6 +20,7 @@ from typing import Any
 from .db import as_session
 from .enqueue import enqueue_many, new_job
 from .errors import ConfigError, InvalidJobError, QueryFailed
+from .models import DEFAULT_QUEUE
 from .registry import REGISTRY, Registry, Schedule, schedule_entry
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,33 @@ def due_ticks(entries: Sequence[Schedule], last_ticks: dict[str, datetime], now:
     return due
 
 
+_declared: dict[int, tuple[tuple[str, str, str | None, str, str], ...]] = {}
+"""What this process last declared, per registry: a drain declares once per container, and
+again only when its job modules declare something else."""
+
+
+def declare(conn: Any, registry: Registry) -> None:
+    """Write ``registry``'s schedule entries as the database's declaration (the last
+    declaration made replaces it: an entry not declared any more is removed), so that
+    ``pgdrain schedules`` reads them there. Once per process and set of entries."""
+    entries = tuple(sorted((e.name, e.cron.expression, e.cron.tz, e.job_type,
+                            str(e.options.get("queue") or DEFAULT_QUEUE))
+                           for e in registry.schedules()))
+    if _declared.get(id(registry)) == entries:
+        return
+    try:
+        row = as_session(conn).one("schedule_declare", names=[e[0] for e in entries],
+                                   crons=[e[1] for e in entries], tzs=[e[2] for e in entries],
+                                   job_types=[e[3] for e in entries],
+                                   queues=[e[4] for e in entries])
+    except QueryFailed as exc:  # e.g. a role without the table: drain all the same
+        log.error("schedules not declared: %s (see docs/database-roles.md)", exc)
+        return
+    _declared[id(registry)] = entries
+    if row and row["removed"]:
+        log.info("schedules: %s entries no longer declared were removed", row["removed"])
+
+
 def enqueue_due(conn: Any, registry: Registry) -> int:
     """Enqueue the due ticks of ``registry``'s schedules, one short transaction each; how many
     jobs were created. Nothing at all (not a statement) when no schedule is declared."""
@@ -106,27 +134,36 @@ def _take(session: Any, entry: Schedule, tick: datetime, run: bool) -> int:
     return int(result.created)
 
 
-def schedule_view(conn: Any, registry: Registry) -> list[dict[str, Any]]:
-    """Every entry, declared in ``registry`` or only remembered by the database (removed or
-    renamed: stopped), with its last tick and job and, when declared, its next run: the
-    database's now when a tick is due and not yet taken (the next drain takes it)."""
+def schedule_view(conn: Any) -> list[dict[str, Any]]:
+    """Every entry the drains declared (``declare``) or the database has a tick of, from the
+    database alone: no job module needed. Declared: its cron, zone, type and queue, its last
+    tick and job, and its next run (the database's now when a tick is due and not yet taken:
+    the next drain takes it). Not declared (removed or renamed, or not declared by a drain
+    since the upgrade that began recording declarations): its last tick, stopped."""
+    from .cron import CronError, parse
+
     rows = as_session(conn).rows("schedule_list")
     now = rows[0]["now"]
-    seen = {r["name"]: r for r in rows if r["name"] is not None}
-    due = {entry.name for entry, _, run in due_ticks(registry.schedules(),
-                                                     {n: r["last_tick"] for n, r in seen.items()},
-                                                     now) if run}
     view = []
-    for entry in registry.schedules():
-        row = seen.pop(entry.name, {})
-        view.append({"name": entry.name, "declared": True, "cron": entry.cron.expression,
-                     "tz": entry.cron.tz, "job_type": entry.job_type, "queue": entry.queue,
-                     "last_tick": row.get("last_tick"), "last_job_id": row.get("last_job_id"),
-                     "next_run": now if entry.name in due else entry.cron.next_after(now)})
-    for name, row in seen.items():
-        view.append({"name": name, "declared": False, "cron": None, "tz": None,
-                     "job_type": None, "queue": None, "last_tick": row["last_tick"],
-                     "last_job_id": row["last_job_id"], "next_run": None})
+    for row in rows:
+        if row["name"] is None:
+            continue
+        entry, next_run = None, None
+        if row["declared_at"] is not None:
+            try:
+                entry = Schedule(row["name"], parse(row["cron"], row["tz"]), row["job_type"],
+                                 {}, {})
+            except CronError:  # declared by another version of pgdrain than this one
+                entry = None
+        if entry is not None:
+            due = due_ticks([entry], {} if row["last_tick"] is None
+                            else {entry.name: row["last_tick"]}, now)
+            next_run = now if due and due[0][2] else entry.cron.next_after(now)
+        view.append({"name": row["name"], "declared": row["declared_at"] is not None,
+                     "cron": row["cron"], "tz": row["tz"], "job_type": row["job_type"],
+                     "queue": row["queue"], "declared_at": row["declared_at"],
+                     "last_tick": row["last_tick"], "last_job_id": row["last_job_id"],
+                     "next_run": next_run})
     return view
 
 

@@ -254,6 +254,10 @@ SETTINGS: tuple[Setting, ...] = (
        "Set by Lambda. Where it is set (or AWS_ENDPOINT_URL_LAMBDA is), a drain starts more "
        "drains: itself again when it stops with due work left, more for a backlog", "aws",
        "(set by Lambda)"),
+    _s("AWS_SAM_LOCAL", boolean, False,
+       "Set by `sam local` and `pgdrain invoke`: a local invocation starts no drain in AWS "
+       "(continuation, fan-out, POST /drain, the doorbell) unless AWS_ENDPOINT_URL_LAMBDA "
+       "names the local stand-in", "aws", "(set locally)"),
     _s("AWS_ENDPOINT_URL_LAMBDA", text, None,
        "boto3's Lambda endpoint; point it at `python -m pgdrain_dev.lambda_standin` to run "
        "continuation and fan-out without AWS", "aws", "(AWS's)"),

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .claimed import claimed_job, claimed_jobs_from_document, decode_json
-from .db import UNIQUE_VIOLATION, Session, as_session, sqlstate
+from .db import Session, as_session
 from .errors import InvalidJobId
 from .models import (
     MAX_ERROR_CHARS,
@@ -378,48 +378,6 @@ def get_job(conn: Any, ident: int) -> dict[str, Any] | None:
     return row
 
 
-def requeue_failed(
-    conn: Any,
-    *,
-    ids: Sequence[int] | None = None,
-    job_type: str | None = None,
-    queue: str | None = None,
-    batch_size: int = 1000,
-) -> list[int]:
-    """Give failed jobs a fresh set of attempts, due now; returns the requeued ids.
-
-    Filters combine; with none, every failed job is requeued, ``batch_size`` per statement (on
-    a connection in autocommit, each batch commits on its own). A failed job whose
-    ``dedupe_key`` a live job holds stays failed (``live_job_with_key`` names the holder); of
-    failed jobs sharing a free key, only the newest is requeued.
-    """
-    params = {"ids": None if ids is None else [job_id(i) for i in ids], "job_type": job_type,
-              "queue": queue, "limit": batch_size}
-    requeued: list[int] = []
-    while True:
-        batch = _requeue_batch(as_session(conn), params)
-        requeued.extend(batch)
-        if len(batch) < batch_size:
-            return sorted(requeued)
-
-
-def _requeue_batch(session: Session, params: dict[str, Any]) -> list[int]:
-    for attempt in range(_REQUEUE_ROUNDS):
-        try:
-            return [r["id"] for r in session.rows("job_requeue_failed", **params)]
-        except Exception as exc:
-            # A concurrent enqueue or requeue made a key live after this statement's snapshot
-            # (unique violation): a fresh statement sees it and skips that job. Only on a
-            # connection in autocommit: inside the caller's transaction, the error is theirs.
-            if (attempt + 1 == _REQUEUE_ROUNDS or sqlstate(exc) != UNIQUE_VIOLATION
-                    or not session.autocommitting()):
-                raise
-    raise AssertionError("unreachable")
-
-
-_REQUEUE_ROUNDS = 3
-
-
 def backlog(conn: Any, *, cap: int = BACKLOG_CAP) -> Backlog:
     """Due pending jobs (counted up to ``cap``) and the age of the oldest, through the claim's
     index: a bounded read whatever the size of the finished history."""
@@ -460,52 +418,6 @@ def list_jobs(conn: Any, *, status: str | None = None, job_type: str | None = No
     """The newest ``limit`` jobs matching the filters (None matches all), newest first."""
     return as_session(conn).rows("job_list", status=status, job_type=job_type, queue=queue,
                                  since_seconds=since_seconds, limit=limit)
-
-
-def count_purgeable(conn: Any, *, status: str, older_than_seconds: float) -> int:
-    """How many ``status`` jobs finished more than ``older_than_seconds`` ago."""
-    row = as_session(conn).one("job_count_purgeable", status=status,
-                               older_than_seconds=older_than_seconds)
-    return int(row["jobs"]) if row else 0
-
-
-def purge_finished_batch(conn: Any, *, status: str, older_than_seconds: float,
-                         limit: int) -> int:
-    """Delete up to ``limit`` ``status`` jobs finished more than ``older_than_seconds`` ago."""
-    row = as_session(conn).one("job_purge_finished_batch", status=status,
-                               older_than_seconds=older_than_seconds, limit=limit)
-    return int(row["purged"]) if row else 0
-
-
-def purge_finished(conn: Any, *, status: str, older_than_seconds: float,
-                   batch_size: int = 1000) -> int:
-    """Delete ``status`` jobs (done or failed) finished more than ``older_than_seconds`` ago,
-    ``batch_size`` per statement, until none is left; how many went."""
-    if status not in PURGEABLE_STATUSES:
-        raise ValueError(f"only {' and '.join(PURGEABLE_STATUSES)} jobs are purged, "
-                         f"not {status!r}")
-    purged = 0
-    while True:
-        batch = purge_finished_batch(conn, status=status,
-                                     older_than_seconds=older_than_seconds, limit=batch_size)
-        purged += batch
-        if batch < batch_size:
-            return purged
-
-
-PURGEABLE_STATUSES = ("done", "failed", "cancelled")
-
-
-def cancel(conn: Any, ids: Sequence[int]) -> dict[int, str]:
-    """Cancel jobs by id (see the catalogue's job_cancel): for each id, ``cancelled`` (it was
-    pending and will never run), ``cancel_requested`` (it is running: its attempt ends
-    cancelled rather than retried), ``already_done``, ``already_failed``,
-    ``already_cancelled`` (nothing changed), or ``not_found``."""
-    wanted = sorted({job_id(i) for i in ids})
-    if not wanted:
-        return {}
-    found = {r["id"]: r["outcome"] for r in as_session(conn).rows("job_cancel", ids=wanted)}
-    return {i: found.get(i, "not_found") for i in wanted}
 
 
 # --- queues set at run time (see pgdrain.control) -------------------------------------------
@@ -587,9 +499,14 @@ def unreserve_drain_launches(conn: Any, count: int) -> int:
     return 0 if row is None else int(row["on_its_way"])
 
 
+def running_jobs(conn: Any, *, limit: int) -> list[dict[str, Any]]:
+    """The running jobs that have run longest, at most ``limit`` (job_running_list)."""
+    return as_session(conn).rows("job_running_list", limit=limit)
+
+
 def drain_slots_held(conn: Any) -> list[dict[str, Any]]:
     """The drain slots taken now: ``slot``, ``pid``, ``connected_seconds``, ``state``,
-    ``application_name`` of the session holding each."""
+    ``state_seconds``, ``application_name`` of the session holding each."""
     return as_session(conn).rows("drain_slots_held", lock_key=DRAIN_SLOT_LOCK_KEY)
 
 

@@ -25,6 +25,7 @@ Passwords and tokens never appear in pgdrain's messages, nor in the exceptions i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -40,6 +41,7 @@ import pg8000.native
 
 from ..db import _SSLMODES, ConnectParams, connect, parse_database_url, rds_region, sqlstate
 from ..errors import ConfigError, DatabaseConnectError
+from ..pgpass import password_for
 from ..settings import read, setting
 from . import sigv4
 
@@ -92,7 +94,12 @@ def connect_params_from_env(
     env = os.environ if env is None else env
     mode = credential_mode(env)
     if mode == "url":
-        return parse_database_url(_get(env, "DATABASE_URL"))
+        params = parse_database_url(_get(env, "DATABASE_URL"))
+        if params.password is None:  # as libpq: PGPASSWORD, then the password file
+            password = password_for(None if params.unix_sock else params.host, params.port,
+                                    params.database, params.user, env)
+            params = dataclasses.replace(params, password=password)
+        return params
     if mode == "secret":
         return params_from_secret(_fetch_secret(env, refresh=refresh, timeout=timeout), env)
     return _iam_params(env)
@@ -100,7 +107,15 @@ def connect_params_from_env(
 
 def connect_from_env(env: Mapping[str, str] | None = None, *, timeout: float | None = None
                      ) -> pg8000.native.Connection:
-    """Open a pg8000 native connection (autocommit) with ``connect_params_from_env``.
+    """Open a pg8000 native connection (autocommit) with ``connect_params_from_env``
+    (``open_from_env``, without where it went)."""
+    return open_from_env(env, timeout=timeout)[0]
+
+
+def open_from_env(env: Mapping[str, str] | None = None, *, timeout: float | None = None
+                  ) -> tuple[pg8000.native.Connection, ConnectParams]:
+    """Open a pg8000 native connection (autocommit) with ``connect_params_from_env``, and the
+    parameters it was opened with (``where`` says where, without the password).
 
     ``timeout`` (seconds) bounds the connect and login (see ``pgdrain.db.connect``).
 
@@ -116,7 +131,7 @@ def connect_from_env(env: Mapping[str, str] | None = None, *, timeout: float | N
     # An exception the caller is handling is no part of this failure's story.
     outer = sys.exc_info()[1]
     try:
-        return connect(params, timeout=_left(deadline))
+        return connect(params, timeout=_left(deadline)), params
     except Exception as exc:
         failure: Exception = exc
     retried = False
@@ -128,7 +143,7 @@ def connect_from_env(env: Mapping[str, str] | None = None, *, timeout: float | N
                         params.user, params.where, _sqlstate(failure, outer))
             params, retried = fresh, True
             try:
-                return connect(params, timeout=_left(deadline))
+                return connect(params, timeout=_left(deadline)), params
             except Exception as exc:
                 failure = exc
     raise DatabaseConnectError(_connect_message(params, failure, mode, retried, outer)) \
@@ -386,6 +401,11 @@ def _hint(exc: Exception, mode: Mode, outer: BaseException | None) -> str:
     if isinstance(exc, pg8000.exceptions.InterfaceError) and "refuses SSL" in str(exc):
         setting = "sslmode in DATABASE_URL" if mode == "url" else "DB_SSLMODE"
         return f"The server does not offer TLS; set {setting} to prefer or disable"
+    if isinstance(exc, pg8000.exceptions.InterfaceError) and "no password was provided" in str(
+            exc):
+        return ("Give it one: in DATABASE_URL (postgresql://user:password@host/db), or in "
+                "PGPASSWORD, or in a password file (~/.pgpass, or PGPASSFILE), as psql reads "
+                "them" if mode == "url" else "")
     state = _sqlstate(exc, outer)
     if mode == "iam" and state in AUTH_FAILURE_SQLSTATES:
         return ("For IAM auth the user needs GRANT rds_iam, and the function's role needs "

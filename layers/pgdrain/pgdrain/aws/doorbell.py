@@ -42,6 +42,7 @@ from typing import Any
 from .. import store
 from ..db import in_transaction, roll_back
 from ..settings import DEFAULT_DOORBELL_WINDOW_SECONDS, read
+from .local import may_invoke_lambda
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +68,12 @@ class Doorbell:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Doorbell:
-        """``DRAIN_FUNCTION_NAME`` (unset: no doorbell), ``PGDRAIN_DOORBELL_WINDOW_SECONDS``."""
-        return cls(read("DRAIN_FUNCTION_NAME", env),
-                   window_seconds=read("PGDRAIN_DOORBELL_WINDOW_SECONDS", env))
+        """``DRAIN_FUNCTION_NAME`` (unset: no doorbell; none either in a local invocation with
+        no stand-in to invoke, aws.local), ``PGDRAIN_DOORBELL_WINDOW_SECONDS``."""
+        name = read("DRAIN_FUNCTION_NAME", env)
+        if name and read("AWS_SAM_LOCAL", env) and not may_invoke_lambda("the doorbell", env):
+            name = None
+        return cls(name, window_seconds=read("PGDRAIN_DOORBELL_WINDOW_SECONDS", env))
 
     def ring(self, conn: Any = None, *, time_left: float | None = None) -> str:
         """Invoke the drain asynchronously; returns ``rung``, ``skipped``, ``late``, ``off`` or

@@ -18,8 +18,10 @@ from aws_lambda_powertools import Logger, Metrics
 from ..db import Connector
 from ..drain import DrainSummary, drain, shortest_runnable_seconds
 from ..registry import Registry
-from ..settings import Settings, read
+from ..settings import Settings
+from ..version import VERSION
 from .launcher import LambdaLauncher
+from .local import may_invoke_lambda
 from .observer import DrainObserver
 from .powertools import count
 
@@ -125,8 +127,8 @@ class DrainFunction:
     @staticmethod
     def _launcher(context: Any, time_left: Any) -> LambdaLauncher | None:
         """Drains start drains in Lambda, or where AWS_ENDPOINT_URL_LAMBDA names a stand-in
-        (bench/invoke_standin.py); a local run has nothing to invoke."""
-        if not (read("AWS_LAMBDA_FUNCTION_NAME") or read("AWS_ENDPOINT_URL_LAMBDA")):
+        (pgdrain_dev.lambda_standin); a local run has nothing to invoke (aws.local)."""
+        if not may_invoke_lambda("the drain (continuation, fan-out, POST /drain)"):
             return None
         arn = getattr(context, "invoked_function_arn", None)
         return LambdaLauncher(arn, time_left=time_left) if arn else None
@@ -141,7 +143,8 @@ class DrainFunction:
                 return api_answer(503, {"error": f"the drain stopped: {summary.error}",
                                         "request_id": request_id, "summary": result})
             return result
-        self.logger.info("drain finished", extra={"trigger": kind, **result})
+        self.logger.info("drain finished", extra={"trigger": kind, **result,
+                                                  "pgdrain_version": VERSION})
         return api_answer(200, result) if kind == "api" else result
 
     def _check_timeout(self, time_left: float) -> None:

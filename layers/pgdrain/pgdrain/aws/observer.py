@@ -12,7 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from .. import store
 from ..db import Connector
 from ..drain import DrainSummary
-from ..errors import DatabaseUnavailable
+from ..errors import DatabaseUnavailable, Discard
 from ..models import Job
 
 _OUTCOME_METRICS = {"done": "JobsDone", "retried": "JobsRetried",
@@ -56,8 +56,10 @@ class DrainObserver:
             if outcome == "snoozed":
                 self.logger.info("job snoozed", extra=fields)
             else:
-                # A traceback only where there is one (not for "no handler registered").
-                trace = error if error.__traceback__ is not None else None
+                # A traceback only where there is one (not for "no handler registered"), and
+                # not for a deliberate Discard: its message says it all.
+                trace = (error if error.__traceback__ is not None
+                         and not isinstance(error, Discard) else None)
                 self.logger.warning("job %s", outcome, extra=fields, exc_info=trace)
         else:
             self.logger.info("job %s", outcome, extra=fields)

@@ -1,11 +1,13 @@
 """The pgdrain command: operate the queue from a shell.
 
-``migrate``, ``stats``, ``list``, ``show``, ``requeue``, ``purge``, ``cancel``, ``pause``,
-``resume``, ``queue set``, ``schedules``, ``janitor`` and ``top``;
+``migrate``, ``stats``, ``queues``, ``list``, ``show``, ``enqueue``, ``requeue``,
+``run-now``, ``purge``, ``delete``, ``cancel``, ``pause``, ``resume``, ``queue set``,
+``schedules``, ``janitor`` and ``top``;
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
 Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
-``DB_SECRET_ARN``, or RDS IAM auth), or else the embedded one ``make demo`` leaves. Bad
+``DB_SECRET_ARN``, or RDS IAM auth), or with ``--demo`` the embedded one ``make demo`` leaves;
+each command says on stderr which database it is on (never a password). Bad
 arguments exit 2 with a message that says what is wrong; a failure exits 1 with one line that
 names it, never a password nor the server's whole error record.
 """
@@ -13,10 +15,13 @@ names it, never a password nor the server's whole error record.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
-from ..errors import PgdrainError, QueryFailed
+from ..db import sqlstate
+from ..errors import PgdrainError, QueryFailed, server_text
+from ..version import VERSION
 from . import arguments
 from .output import cell
 
@@ -30,9 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+        _demo_option(sub)
         return sub
 
-    command("migrate", "create or upgrade the schema (idempotent)")
+    parser.add_argument("--version", action="version", version=f"pgdrain {VERSION}")
+    migrate = command("migrate", "create or upgrade the schema (idempotent)")
+    migrate.add_argument("--status", action="store_true",
+                         help="only list the migrations: applied (when) or still to apply")
     command("stats", "per queue and job type: due, scheduled, running, failed, the oldest due "
                      "job's wait, done in the last minute and hour; drains running")
     listing = command("list", "the newest jobs, filtered")
@@ -50,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     _filters(requeue)
     requeue.add_argument("--all", action="store_true",
                          help="every failed job (also what no selector means)")
+    requeue.add_argument("--yes", action="store_true",
+                         help="requeue them; without it, a requeue by type, queue or --all "
+                              "only counts (by --id, it requeues at once)")
     requeue.add_argument("--batch", type=arguments.positive_int, default=1000,
                          help="jobs per statement (default 1000)")
     purge = command("purge", "delete done or failed jobs older than an age: counts first, "
@@ -63,6 +75,27 @@ def _parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "cancel jobs: a pending one never runs, a running one is asked "
                                "to stop; exits 1 if one could not be")
     cancel.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
+    delete = command("delete", "delete jobs by id (not running ones: cancel them first); "
+                               "shows what it would delete, deletes with --yes")
+    delete.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
+    delete.add_argument("--yes", action="store_true", help="delete them")
+    run_now = command("run-now", "make pending jobs that wait (delayed, snoozed, backing off "
+                                 "before a retry) due now; exits 1 if one could not be")
+    run_now.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
+    enqueue = command("enqueue", "enqueue one job, as the application would (a test job, a "
+                                 "manual run)")
+    enqueue.add_argument("job_type", type=arguments.name, metavar="TYPE")
+    enqueue.add_argument("--payload", type=arguments.json_object, metavar="JSON",
+                         help="the job's payload, a JSON object (default {})")
+    enqueue.add_argument("--queue", type=arguments.name)
+    enqueue.add_argument("--priority", type=int, help="lower runs first (default 0)")
+    enqueue.add_argument("--delay", type=arguments.duration, metavar="AGE",
+                         help="due after AGE (90s, 15m, 1h)")
+    enqueue.add_argument("--dedupe-key", metavar="KEY",
+                         help="skip it if a live job holds this key (its id comes back)")
+    enqueue.add_argument("--max-attempts", type=arguments.positive_int, metavar="N")
+    command("queues", "every queue: paused, cap, rate, and its due, scheduled, running and "
+                      "failed jobs")
     pause = command("pause", "stop drains from claiming a queue's jobs (it still accepts "
                              "jobs; running ones finish)")
     pause.add_argument("queue", type=arguments.name, metavar="QUEUE")
@@ -88,8 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     queue_set.add_argument("--new", action="store_true",
                            help="a queue no job names yet (otherwise refused as a typo)")
     queue_set.add_argument("--json", action="store_true", help="print JSON, for scripts")
-    command("schedules", "the periodic jobs the job modules (PGDRAIN_JOBS) declare: cron, "
-                         "zone, last tick and job, next run; and entries removed since")
+    _demo_option(queue_set)
+    command("schedules", "the periodic jobs the drains declared (read from the database): "
+                         "cron, zone, last tick and job, next run; and entries removed since")
     command("janitor", "reclaim expired leases, end expired pending jobs and purge old "
             "finished jobs now")
     top = commands.add_parser("top", help="the queue live: depth, age, rates, drains (Ctrl-C "
@@ -97,8 +131,15 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--interval", type=arguments.interval, default=1.0, metavar="SECONDS",
                      help="refresh every SECONDS (default 1)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
+    _demo_option(top)
     _add_plugin_commands(commands)
     return parser
+
+
+def _demo_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--demo", action="store_true",
+                        help="the embedded database `make demo` left on this machine, not the "
+                             "configured one (nothing configured and no --demo: an error)")
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
@@ -146,14 +187,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A message may quote what the database or the operator gave (a name, the server's
     # text): escaped as every value the command prints, and so on one line.
     except QueryFailed as exc:  # the server's message and SQLSTATE, not its whole record
-        print(f"pgdrain {args.command}: the database refused it: {cell(exc)}",
-              file=sys.stderr)
+        print(f"pgdrain {args.command}: the database refused it: {cell(exc)}"
+              f"{_unmigrated_hint(exc)}", file=sys.stderr)
         return 1
     except PgdrainError as exc:
         print(f"pgdrain {args.command}: {cell(exc)}", file=sys.stderr)
         return 2 if _is_usage(exc) else 1
     except Exception as exc:  # a driver error: say which, without the connection string
-        print(f"pgdrain {args.command}: {cell(_describe(exc))}", file=sys.stderr)
+        print(f"pgdrain {args.command}: {cell(_describe(exc))}{_unmigrated_hint(exc)}",
+              file=sys.stderr)
         return 1
 
 
@@ -169,8 +211,20 @@ def _describe(exc: Exception) -> str:
     (source file, line, routine)."""
     fields = exc.args[0] if exc.args else None
     if isinstance(fields, dict) and fields.get("M"):
-        return f"the database refused it: {fields['M']} (SQLSTATE {fields.get('C', '?')})"
+        return f"the database refused it: {server_text(exc)}"
     return f"{type(exc).__name__}: {exc}"
+
+
+_PGDRAIN_RELATION = re.compile(r'relation "(jobs|pgdrain_[a-z_]+)" does not exist')
+
+
+def _unmigrated_hint(exc: Exception) -> str:
+    """What to do when pgdrain's own tables are missing: this database was never migrated
+    (or the command reaches another database than the one that was)."""
+    if sqlstate(exc) == "42P01" and _PGDRAIN_RELATION.search(str(exc)):
+        return (". pgdrain's schema is not in this database: run `pgdrain migrate` (or check "
+                "that this is the database the stack uses)")
+    return ""
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -180,14 +234,24 @@ def _run(args: argparse.Namespace) -> int:
     from .commands import COMMANDS
     from .database import open_connection
 
-    conn = open_connection()
+    target = open_connection(demo=args.demo)
+    # Where the command is, before anything it says of it: on stderr, so that a table or
+    # --json on stdout stays what a script reads.
+    print(f"pgdrain {args.command}: database {cell(target.where)}", file=sys.stderr)
+    conn = target.conn
     try:
         if args.command == "top":
             from ..settings import read
             from .top import run
 
-            return run(conn, interval=args.interval, once=args.once, out=sys.stdout,
-                       max_drains=int(read("PGDRAIN_MAX_DRAINS")))
+            def reconnect() -> object:  # after a failover: the same database, anew
+                return open_connection(demo=args.demo).conn
+
+            conn = None  # top closes it (and the ones it opens after an outage)
+            return run(reconnect, conn=target.conn, interval=args.interval, once=args.once,
+                       out=sys.stdout, max_drains=int(read("PGDRAIN_MAX_DRAINS")),
+                       where=target.where)
         return COMMANDS[args.command](conn, args, sys.stdout)
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from typing import Any
 
 from ..errors import InvalidJobId
 from .output import quoted
@@ -95,3 +96,16 @@ def name(raw: str) -> str:
 def _shown(raw: str) -> str:
     text = quoted(raw)  # what the operator typed, escaped as every value printed
     return text if len(text) <= 40 else text[:39] + "…"
+
+
+def json_object(raw: str) -> dict[str, Any]:
+    """A JSON object given on the command line (a job's payload)."""
+    import json
+
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, {...}")
+    return value

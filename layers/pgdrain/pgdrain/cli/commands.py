@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from .. import store
+from .. import operator_store, store
 from . import output
 from .output import Column
 
@@ -22,6 +22,13 @@ STATS_COLUMNS: Sequence[Column] = (
 )
 COUNTED = ("due", "scheduled", "running", "failed", "cancelled", "done_last_minute",
            "done_last_hour", "failed_last_minute", "failed_last_hour")
+QUEUE_COLUMNS: Sequence[Column] = (
+    ("queue", "QUEUE"), ("paused", "PAUSED"), ("max_running", "MAX RUNNING"), ("rate", "RATE"),
+    ("due", "DUE"), ("scheduled", "SCHEDULED"), ("running", "RUNNING"), ("failed", "FAILED"),
+)
+MIGRATION_COLUMNS: Sequence[Column] = (
+    ("version", "VERSION"), ("name", "NAME"), ("applied_at", "APPLIED (UTC)"),
+)
 LIST_COLUMNS: Sequence[Column] = (
     ("id", "ID"), ("job_type", "TYPE"), ("queue", "QUEUE"), ("status", "STATUS"),
     ("tries", "ATTEMPTS"), ("run_at", "RUN AT (UTC)"), ("updated_at", "UPDATED (UTC)"),
@@ -31,7 +38,18 @@ LIST_COLUMNS: Sequence[Column] = (
 
 def migrate(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     from ..migrate import migrate as apply
+    from ..migrate import status
 
+    if args.status:
+        known = status(conn)
+        if args.json:
+            print(output.to_json(known), file=out)
+        else:
+            print(output.table(known, MIGRATION_COLUMNS), file=out)
+            pending = [m for m in known if m["applied_at"] is None]
+            print(f"\n{len(pending)} to apply: run `pgdrain migrate`" if pending else
+                  "\nschema is up to date", file=out)
+        return 0
     applied = apply(conn)
     if args.json:
         print(output.to_json({"applied": applied}), file=out)
@@ -119,22 +137,145 @@ def show(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def requeue(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
-    # No selector is every failed job, as it always was (`--all` says so explicitly).
-    ids = store.requeue_failed(conn, ids=args.ids, job_type=args.job_type, queue=args.queue,
-                               batch_size=args.batch)
+    if not args.ids:  # every failed job, or those of a type or queue: count first, as purge
+        found = operator_store.count_failed(conn, job_type=args.job_type, queue=args.queue)
+        _known_names(found, args)
+        if not args.yes:
+            if args.json:
+                print(output.to_json({"would_requeue": found["failed"], "requeued": []}),
+                      file=out)
+            else:
+                print(f"{found['failed']} failed job(s) match; run again with --yes to requeue "
+                      "them (or name them: --id ID)", file=out)
+            return 0
+    ids = operator_store.requeue_failed(conn, ids=args.ids, job_type=args.job_type,
+                                        queue=args.queue, batch_size=args.batch)
     if args.json:
         print(output.to_json({"requeued": ids}), file=out)
     else:
         shown = "" if not ids else ": " + ", ".join(map(str, ids[:50])) + (
             f" and {len(ids) - 50} more" if len(ids) > 50 else "")
         print(f"requeued {len(ids)} job(s){shown}", file=out)
+    refused = [i for i in sorted(set(args.ids or ())) if i not in set(ids)]
+    for ident in refused:
+        print(f"pgdrain requeue: job {ident} was not requeued: {_why_not_requeued(conn, ident)}",
+              file=output_errors(out))
+    return 1 if refused else 0
+
+
+def _known_names(found: dict[str, Any], args: argparse.Namespace) -> None:
+    """A type or queue no job has is a typo: say so rather than "requeued 0"."""
+    from ..errors import UnknownQueue
+
+    if not found["queue_known"]:
+        raise UnknownQueue(f"no queue {args.queue!r}: no job names it (a typo?)")
+    if not found["type_known"]:
+        raise UnknownQueue(f"no job has type {args.job_type!r} (a typo?)")
+
+
+def _why_not_requeued(conn: Any, ident: int) -> str:
+    job = store.get_job(conn, ident)
+    if job is None:
+        return "there is no such job"
+    if job["status"] != "failed":
+        return f"it is {job['status']}, not failed"
+    holder = store.live_job_with_key(conn, job["dedupe_key"]) if job["dedupe_key"] else None
+    return (f"job {holder} is live with the same dedupe key" if holder is not None
+            else "it changed meanwhile")
+
+
+def delete(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    if not args.yes:
+        jobs = {i: store.get_job(conn, i) for i in sorted(set(args.ids))}
+        plan = {i: ("not_found" if j is None else "running" if j["status"] == "running"
+                    else f"would delete ({j['status']})") for i, j in jobs.items()}
+        if args.json:
+            print(output.to_json({str(i): o for i, o in plan.items()}), file=out)
+        else:
+            print(output.table([{"id": i, "outcome": o.replace("_", " ")}
+                                for i, o in plan.items()], [("id", "ID"), ("outcome", "")]),
+                  file=out)
+            print("run again with --yes to delete them", file=out)
+        return 0
+    outcomes = operator_store.delete_jobs(conn, args.ids)
+    if args.json:
+        print(output.to_json({str(i): o for i, o in outcomes.items()}), file=out)
+    else:
+        print(output.table([{"id": i, "outcome": o.replace("_", " ")}
+                            for i, o in outcomes.items()], [("id", "ID"), ("outcome", "")]),
+              file=out)
+    refused = {i: o for i, o in outcomes.items() if o != "deleted"}
+    for ident, outcome in refused.items():
+        reason = ("there is no such job" if outcome == "not_found" else
+                  "it is running: cancel it first (pgdrain cancel), or let it finish")
+        print(f"pgdrain delete: job {ident} was not deleted: {reason}", file=output_errors(out))
+    return 1 if refused else 0
+
+
+def run_now(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    outcomes = operator_store.run_now(conn, args.ids)
+    if args.json:
+        print(output.to_json({str(i): o for i, o in outcomes.items()}), file=out)
+    else:
+        words = {"due_now": "due now: the next drain runs it",
+                 "already_due": "already due: the next drain runs it"}
+        print(output.table([{"id": i, "outcome": words.get(o, o.replace("_", " "))}
+                            for i, o in outcomes.items()], [("id", "ID"), ("outcome", "")]),
+              file=out)
+    refused = {i: o for i, o in outcomes.items() if o not in ("due_now", "already_due")}
+    for ident, outcome in refused.items():
+        reason = ("there is no such job" if outcome == "not_found"
+                  else f"it is {outcome}, not pending (pgdrain requeue gives a failed job "
+                       "fresh attempts)")
+        print(f"pgdrain run-now: job {ident} was not made due: {reason}",
+              file=output_errors(out))
+    return 1 if refused else 0
+
+
+def enqueue(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    import pgdrain
+
+    options = {k: v for k, v in (("queue", args.queue), ("priority", args.priority),
+                                 ("delay_seconds", args.delay),
+                                 ("dedupe_key", args.dedupe_key),
+                                 ("max_attempts", args.max_attempts)) if v is not None}
+    result = pgdrain.enqueue(conn, args.job_type, args.payload, **options)
+    if args.json:
+        print(output.to_json({"id": result.id, "created": result.created, "due": result.due}),
+              file=out)
+    elif result.created:
+        print(f"enqueued job {result.id} ({'due now' if result.due else 'due later'})",
+              file=out)
+    else:
+        print(f"job {result.id} holds dedupe key {output.quoted(args.dedupe_key)}: nothing "
+              "enqueued", file=out)
+    return 0
+
+
+def queues(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from .top import by_queue
+
+    counts = {q["queue"]: q for q in by_queue(store.overview(conn))}
+    states = {r["queue"]: r for r in store.queue_states(conn)}
+    rows = [{"queue": name, "paused": states.get(name, {}).get("paused_at") is not None,
+             "max_running": states.get(name, {}).get("max_running"),
+             "rate": states.get(name, {}).get("rate"),
+             **{k: counts.get(name, {}).get(k, 0) for k in ("due", "scheduled", "running",
+                                                              "failed")}}
+            for name in sorted(set(counts) | set(states))]
+    if args.json:
+        print(output.to_json(rows), file=out)
+    elif not rows:
+        print("no queues: no job names one and none was set", file=out)
+    else:
+        print(output.table(rows, QUEUE_COLUMNS), file=out)
     return 0
 
 
 def purge(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     older = output.age(args.older_than) if args.older_than else "0s"
     if not args.yes:
-        count = store.count_purgeable(conn, status=args.status,
+        count = operator_store.count_purgeable(conn, status=args.status,
                                       older_than_seconds=args.older_than)
         if args.json:
             print(output.to_json({"would_purge": count, "purged": 0}), file=out)
@@ -142,8 +283,9 @@ def purge(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
             print(f"{count} {args.status} job(s) finished more than {older} ago; run again "
                   "with --yes to delete them", file=out)
         return 0
-    purged = store.purge_finished(conn, status=args.status, older_than_seconds=args.older_than,
-                                  batch_size=args.batch)
+    purged = operator_store.purge_finished(conn, status=args.status,
+                                           older_than_seconds=args.older_than,
+                                           batch_size=args.batch)
     if args.json:
         print(output.to_json({"purged": purged}), file=out)
     else:
@@ -152,7 +294,7 @@ def purge(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cancel(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
-    outcomes = store.cancel(conn, args.ids)
+    outcomes = operator_store.cancel(conn, args.ids)
     if args.json:
         print(output.to_json({str(i): o for i, o in outcomes.items()}), file=out)
     else:
@@ -202,17 +344,14 @@ SCHEDULE_COLUMNS: Sequence[Column] = (
 
 
 def schedules(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
-    from ..registry import REGISTRY, load_job_modules
     from ..scheduler import schedule_view
-    from ..settings import read
 
-    load_job_modules(read("PGDRAIN_JOBS"))
-    rows = schedule_view(conn, REGISTRY)
+    rows = schedule_view(conn)  # the database's own record: no job module needed here
     if args.json:
         print(output.to_json(rows), file=out)
     elif not rows:
-        print("no schedules: declare them with @pgdrain.job(..., cron=...) or pgdrain.schedule "
-              "in a module of PGDRAIN_JOBS", file=out)
+        print("no schedules: no drain has declared one (declare them with @pgdrain.job(..., "
+              "cron=...) or pgdrain.schedule in a module of the drains' PGDRAIN_JOBS)", file=out)
     else:
         shown = [{**r, "next": r["next_run"] if r["declared"] else "(removed: stopped)"}
                  for r in rows]
@@ -259,5 +398,6 @@ def output_errors(out: TextIO) -> TextIO:
 COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], int]] = {
     "migrate": migrate, "stats": stats, "list": list_jobs, "show": show, "requeue": requeue,
     "purge": purge, "janitor": janitor, "cancel": cancel, "pause": pause, "resume": resume,
-    "schedules": schedules, "queue": queue,
+    "schedules": schedules, "queue": queue, "queues": queues, "delete": delete,
+    "run-now": run_now, "enqueue": enqueue,
 }

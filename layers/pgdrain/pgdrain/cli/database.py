@@ -1,18 +1,25 @@
 """Which database the command talks to: the one the functions reach, configured the same way
 (``DATABASE_URL``, ``DB_SECRET_ARN``, or ``DB_IAM_AUTH`` with ``DB_HOST``, ``DB_USER`` and
-``DB_NAME``), or else a local database a development package offers (pgdrain-dev offers the
-embedded PostgreSQL that ``make demo`` leaves behind)."""
+``DB_NAME``), or, only when asked with ``--demo``, a local database a development package
+offers (pgdrain-dev offers the embedded PostgreSQL that ``make demo`` leaves behind). Never
+one the operator did not choose: with nothing configured, the command says so and stops,
+rather than showing a calm, empty queue that is not theirs. Every command says where it is
+(``Target.where``: the user, host and database, never a password)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
 
+CONNECT_SECONDS = 10.0
+"""How long the command waits to connect and log in (a host that takes the connection and
+never answers is named after this, not after a minute of silence)."""
 WAIT_SECONDS = 60.0
-"""How long the command waits to connect, and for any one answer."""
+"""How long the command waits for any one answer once connected."""
 STATEMENT_MS = 50_000
 """The server's bound on one statement: under the wait, so the server gives up first and says
 so (every batch the commands run takes a fraction of it)."""
@@ -26,23 +33,52 @@ None when it has none to offer (pgdrain-dev's ``demo`` before ``make demo`` ran)
 _SETTINGS = ("DATABASE_URL", "DB_SECRET_ARN", "DB_IAM_AUTH")
 
 
-def open_connection(env: Mapping[str, str] | None = None) -> Any:
-    """A pg8000 native connection (autocommit), every wait bounded."""
+@dataclass(frozen=True)
+class Target:
+    """An open connection and where it is, to tell the operator."""
+
+    conn: Any
+    where: str
+    """``user@host:port/database (how it was configured)``: no password."""
+
+
+def open_connection(env: Mapping[str, str] | None = None, *, demo: bool = False) -> Target:
+    """A pg8000 native connection (autocommit), every wait bounded, and where it is."""
     from .. import db
-    from ..aws.credentials import SETUP_HINT, connect_from_env
+    from ..aws.credentials import SETUP_HINT, open_from_env
 
     env = os.environ if env is None else env
-    if any(env.get(name, "").strip() for name in _SETTINGS):
-        conn = connect_from_env(env, timeout=WAIT_SECONDS)
-    else:
+    if demo:
         url = _offered_database()
         if url is None:
-            raise ConfigError(f"no database configured: {SETUP_HINT}; or run `make demo` in a "
-                              "clone of the repository to have its embedded one")
-        conn = db.connect(url, timeout=WAIT_SECONDS)
+            raise ConfigError("--demo: there is no demo database on this machine; run "
+                              "`make demo` in a clone of the repository first")
+        params = db.parse_database_url(url)
+        conn = db.connect(params, timeout=CONNECT_SECONDS)
+        how = "the demo's embedded database (--demo)"
+    else:
+        blank = [name for name in _SETTINGS if name in env and not env[name].strip()]
+        if not any(env.get(name, "").strip() for name in _SETTINGS):
+            if blank:
+                raise ConfigError(f"{' and '.join(blank)} {'is' if len(blank) == 1 else 'are'} "
+                                  f"set but empty: {SETUP_HINT}")
+            raise ConfigError(f"no database configured: {SETUP_HINT}; or add --demo for the "
+                              "embedded database `make demo` leaves on this machine")
+        conn, params = open_from_env(env, timeout=CONNECT_SECONDS)
+        how = _configured_by(env)
+    sock = getattr(conn, "_usock", None)
+    if sock is not None:  # logged in: statements may take longer than the login did
+        sock.settimeout(WAIT_SECONDS)
     db.as_session(conn).one("connection_bound", statement_ms=STATEMENT_MS,
                             lock_ms=LOCK_WAIT_MS, idle_ms=LOCK_WAIT_MS)
-    return conn
+    return Target(conn, f"{params.user}@{params.where} ({how})")
+
+
+def _configured_by(env: Mapping[str, str]) -> str:
+    from ..aws.credentials import credential_mode
+
+    return {"url": "DATABASE_URL", "secret": "DB_SECRET_ARN",
+            "iam": "DB_IAM_AUTH"}[credential_mode(env)]
 
 
 def _offered_database() -> str | None:

@@ -17,7 +17,7 @@ from ..janitor import run_janitor, vacuum_if_due
 from ..models import Finish, JanitorResult, Job, Written
 from ..policy import Backoff, Fail, after_failure
 from ..registry import Registry
-from ..scheduler import enqueue_due
+from ..scheduler import declare, enqueue_due
 from ..settings import Settings
 from ..store import ControlledClaim
 
@@ -75,6 +75,7 @@ class PostgresStore:
         return vacuum_if_due(self.session(), settings)
 
     def enqueue_scheduled(self, registry: Registry) -> int:
+        declare(self.session(), registry)  # once per container: what `pgdrain schedules` reads
         return enqueue_due(self.session(), registry)
 
     def sync_controls(self, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:

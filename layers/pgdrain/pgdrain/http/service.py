@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from .. import store
+from .. import operator_store, store
 from ..db import Session
 from ..enqueue import enqueue_atomically
 from ..errors import (
@@ -131,7 +131,7 @@ class EnqueueApi:
         """``POST /jobs/{id}/retry``: a failed job pending again, or why not (404, 409)."""
         ident = job_id(raw_id)
         session = self.session()
-        if store.requeue_failed(session, ids=[ident]):
+        if operator_store.requeue_failed(session, ids=[ident]):
             job = store.get_job(session, ident)
             assert job is not None
             return Response(200, job_view(job), metrics={"JobsRequeued": 1}, ring=True)
@@ -153,7 +153,7 @@ class EnqueueApi:
         asked to stop (200 with the job); 404; 409 when it had finished."""
         ident = job_id(raw_id)
         session = self.session()
-        outcome = store.cancel(session, [ident])[ident]
+        outcome = operator_store.cancel(session, [ident])[ident]
         if outcome == "not_found":
             raise ApiError(404, f"no job with id {ident}", {"id": ident})
         if outcome.startswith("already_"):

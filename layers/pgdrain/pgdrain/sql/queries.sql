@@ -351,7 +351,8 @@ RETURNING cardinality(launched) AS on_its_way
 -- (the state is hidden from roles that are not members of the holder's, and then NULL).
 SELECT l.objid::int AS slot, l.pid,
        EXTRACT(EPOCH FROM now() - a.backend_start)::float8 AS connected_seconds,
-       a.state, a.application_name
+       a.state, EXTRACT(EPOCH FROM now() - a.state_change)::float8 AS state_seconds,
+       a.application_name
 FROM pg_locks AS l
 LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'advisory'
@@ -1065,6 +1066,19 @@ FROM jobs AS j
 JOIN c ON j.id = c.id AND j.lease_token = c.lease_token
 WHERE j.status = 'running' AND j.cancel_requested_at IS NOT NULL
 
+-- name: job_count_failed
+-- How many failed jobs `pgdrain requeue` would requeue with these filters (NULL: any), and
+-- whether the type and queue named are known at all (a typo requeues nothing).
+SELECT (SELECT count(*) FROM jobs
+        WHERE status = 'failed'
+          AND (:job_type::text IS NULL OR job_type = :job_type::text)
+          AND (:queue::text IS NULL OR queue = :queue::text))::bigint AS failed,
+       (:job_type::text IS NULL
+        OR EXISTS (SELECT FROM jobs WHERE job_type = :job_type::text)) AS type_known,
+       (:queue::text IS NULL
+        OR EXISTS (SELECT FROM jobs WHERE queue = :queue::text)
+        OR EXISTS (SELECT FROM pgdrain_queues WHERE queue = :queue::text)) AS queue_known
+
 -- name: job_count_purgeable
 -- How many :status jobs finished more than :older_than_seconds ago (what `pgdrain purge`
 -- would delete). A row finished by plain SQL may lack finished_at: its last update counts.
@@ -1084,6 +1098,28 @@ SET payload = :payload::jsonb,
     updated_at = now()
 WHERE dedupe_key = :dedupe_key::text AND status = 'pending'
 RETURNING id
+
+-- name: job_delete
+-- Delete jobs by id, one statement, unless running (its drain holds it: cancel it first, or
+-- let it finish). Each id given comes back with what happened to it: deleted (it was
+-- pending, done, failed or cancelled; the status it had), running, or not_found.
+WITH given AS (
+    SELECT DISTINCT g.id FROM unnest(:ids::bigint[]) AS g(id)
+), deleted AS (
+    DELETE FROM jobs AS j
+    USING given AS g
+    WHERE j.id = g.id AND j.status <> 'running'
+    RETURNING j.id, j.status
+)
+SELECT g.id,
+       CASE WHEN d.id IS NOT NULL THEN 'deleted'
+            WHEN j.id IS NOT NULL THEN j.status
+            ELSE 'not_found' END AS outcome,
+       COALESCE(d.status, j.status) AS status
+FROM given AS g
+LEFT JOIN deleted AS d ON d.id = g.id
+LEFT JOIN jobs AS j ON j.id = g.id AND d.id IS NULL
+ORDER BY g.id
 
 -- name: job_enqueue_batch
 -- Insert jobs in input order. A live duplicate of a dedupe key (in the table or earlier in the
@@ -1424,6 +1460,40 @@ FROM chosen
 WHERE jobs.id = chosen.id AND jobs.status = 'failed'
 RETURNING jobs.id
 
+-- name: job_run_now
+-- Make pending jobs that are not due yet (delayed, snoozed, waiting out a retry's backoff) due
+-- now, one statement. Each id given comes back with what happened to it: due_now,
+-- already_due (pending and due), its status when it is not pending, or not_found.
+WITH given AS (
+    SELECT DISTINCT g.id FROM unnest(:ids::bigint[]) AS g(id)
+), moved AS (
+    UPDATE jobs AS j
+    SET run_at = now(), updated_at = now()
+    FROM given AS g
+    WHERE j.id = g.id AND j.status = 'pending' AND j.run_at > now()
+    RETURNING j.id
+)
+SELECT g.id,
+       CASE WHEN m.id IS NOT NULL THEN 'due_now'
+            WHEN j.id IS NULL THEN 'not_found'
+            WHEN j.status = 'pending' THEN 'already_due'
+            ELSE j.status END AS outcome
+FROM given AS g
+LEFT JOIN moved AS m ON m.id = g.id
+LEFT JOIN jobs AS j ON j.id = g.id
+ORDER BY g.id
+
+-- name: job_running_list
+-- The running jobs that have run longest, at most :limit (`pgdrain top`): the running set is
+-- the jobs in flight, read off jobs_running_idx whole and sorted.
+SELECT id, job_type, queue, attempts,
+       EXTRACT(EPOCH FROM now() - claimed_at)::float8 AS running_seconds,
+       progress::text AS progress, cancel_requested_at IS NOT NULL AS cancel_requested
+FROM jobs
+WHERE status = 'running'
+ORDER BY claimed_at, id
+LIMIT :limit::int
+
 -- name: job_stats_by_status
 -- Job counts by queue and status.
 SELECT queue, status, count(*) AS jobs
@@ -1515,8 +1585,8 @@ JOIN pg_class c ON c.oid = s.relid
 WHERE s.relid = 'jobs'::regclass
 
 -- name: migration_applied
--- The versions already applied.
-SELECT version FROM pgdrain_migrations ORDER BY version
+-- The versions already applied, and when.
+SELECT version, applied_at FROM pgdrain_migrations ORDER BY version
 
 -- name: migration_create_table
 -- The record of applied migrations (run only when migration_table_exists says it is missing,
@@ -1581,13 +1651,38 @@ SELECT queue, paused_at, EXTRACT(EPOCH FROM now() - paused_at)::float8 AS paused
 FROM pgdrain_queues
 ORDER BY queue
 
+-- name: schedule_declare
+-- The drain's declared schedule entries replace the last declaration: each is written (with
+-- when), and an entry no longer declared is removed. Returns how many were removed.
+WITH given AS (
+    SELECT * FROM unnest(:names::text[], :crons::text[], :tzs::text[], :job_types::text[],
+                         :queues::text[]) AS g(name, cron, tz, job_type, queue)
+), gone AS (
+    DELETE FROM pgdrain_schedule_declarations AS d
+    WHERE d.name <> ALL (:names::text[])
+    RETURNING d.name
+), written AS (
+    INSERT INTO pgdrain_schedule_declarations AS d (name, cron, tz, job_type, queue,
+                                                    declared_at)
+    SELECT name, cron, tz, job_type, queue, now() FROM given
+    ON CONFLICT (name) DO UPDATE
+    SET cron = EXCLUDED.cron, tz = EXCLUDED.tz, job_type = EXCLUDED.job_type,
+        queue = EXCLUDED.queue, declared_at = now()
+    RETURNING d.name
+)
+SELECT (SELECT count(*) FROM gone)::int AS removed, (SELECT count(*) FROM written)::int AS declared
+
 -- name: schedule_list
--- Every schedule entry the database has seen, with the database's clock (for `pgdrain
--- schedules`, which adds the entries the job modules declare).
-SELECT now() AS now, s.name, s.last_tick, s.last_job_id
+-- Every schedule entry the drains declared or the database has a tick of, with the
+-- database's clock (`pgdrain schedules`): its declaration (cron, zone, type, queue, when a
+-- drain last declared it; none: removed, or never declared since this table came) and its
+-- latest tick and job.
+SELECT now() AS now, COALESCE(d.name, s.name) AS name, d.cron, d.tz, d.job_type, d.queue,
+       d.declared_at, s.last_tick, s.last_job_id
 FROM (SELECT 1) AS clock
-LEFT JOIN pgdrain_schedules AS s ON true
-ORDER BY s.name
+LEFT JOIN (pgdrain_schedule_declarations AS d
+           FULL JOIN pgdrain_schedules AS s ON s.name = d.name) ON true
+ORDER BY COALESCE(d.name, s.name)
 
 -- name: schedule_states
 -- The database's clock, and the latest tick enqueued of each named schedule entry (none for
