@@ -13,12 +13,12 @@ from tests.support.auth_standin import CLEARTEXT, SCRAM, asking_for_a_password
 from tests.support.silent import silent_port
 
 
-def test_a_scram_server_without_a_password_says_how_to_give_one(tmp_path):
+def test_a_scram_server_without_a_password_says_how_to_give_one(tmp_path, monkeypatch):
     # pg8000 itself fails here with AttributeError: 'NoneType' object has no attribute
     # 'decode'.
     with asking_for_a_password(SCRAM) as (port, answers):
-        env = {"DATABASE_URL": f"postgresql://app@127.0.0.1:{port}/appdb?sslmode=disable",
-               "HOME": str(tmp_path)}
+        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.pgpass there
+        env = {"DATABASE_URL": f"postgresql://app@127.0.0.1:{port}/appdb?sslmode=disable"}
         with pytest.raises(DatabaseConnectError) as raised:
             connect_from_env(env, timeout=5)
     message = str(raised.value)
@@ -31,7 +31,7 @@ def test_a_scram_server_without_a_password_says_how_to_give_one(tmp_path):
 def test_pgpassword_is_what_the_server_gets(tmp_path):
     with asking_for_a_password(CLEARTEXT) as (port, answers):
         env = {"DATABASE_URL": f"postgresql://app@127.0.0.1:{port}/appdb?sslmode=disable",
-               "PGPASSWORD": "from-the-environment", "HOME": str(tmp_path)}
+               "PGPASSWORD": "from-the-environment"}
         with pytest.raises(DatabaseConnectError):  # the stand-in says nothing after it
             connect_from_env(env, timeout=2)
     assert answers == [b"from-the-environment\x00"]

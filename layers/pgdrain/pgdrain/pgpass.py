@@ -11,23 +11,20 @@ with a warning, as libpq ignores it.
 from __future__ import annotations
 
 import logging
-import os
 import stat
-from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger("pgdrain")
 
 
-def password_for(host: str | None, port: int, database: str, user: str,
-                 env: Mapping[str, str] | None = None) -> str | None:
-    """The password libpq would use for this connection when none is given, or None."""
-    env = os.environ if env is None else env
-    if env.get("PGPASSWORD"):
-        return env["PGPASSWORD"]
-    path = Path(env["PGPASSFILE"]) if env.get("PGPASSFILE") else _default_file(env)
-    if path is None:
-        return None
+def password_for(host: str | None, port: int, database: str, user: str, *,
+                 password: str | None = None, passfile: str | None = None) -> str | None:
+    """The password libpq would use for this connection when none is given, or None:
+    ``password`` (``PGPASSWORD``), else the matching line of ``passfile`` (``PGPASSFILE``, by
+    default ``~/.pgpass``)."""
+    if password:
+        return password
+    path = Path(passfile or "~/.pgpass").expanduser()
     try:
         info = path.stat()
     except OSError:
@@ -51,11 +48,6 @@ def password_for(host: str | None, port: int, database: str, user: str,
         if len(fields) == 5 and all(f in ("*", w) for f, w in zip(fields, wanted, strict=False)):
             return fields[4]
     return None
-
-
-def _default_file(env: Mapping[str, str]) -> Path | None:
-    home = env.get("HOME")
-    return Path(home) / ".pgpass" if home else None
 
 
 def _fields(line: str) -> list[str]:

@@ -164,6 +164,12 @@ SETTINGS: tuple[Setting, ...] = (
        "Proxy host (*.<region>.rds.amazonaws.com) is verified against the RDS CA bundle the "
        "layer ships (pgdrain/certs/rds-ca-bundle.pem), any other host against the system's CAs",
        "database", "(the shipped RDS bundle for RDS hosts, else the system's CAs)"),
+    _s("PGPASSWORD", text, None,
+       "The password, where DATABASE_URL has none (as libpq reads it; never logged)",
+       "database", "(none)"),
+    _s("PGPASSFILE", text, None,
+       "Where DATABASE_URL has no password and PGPASSWORD is unset: libpq's password file "
+       "(host:port:database:user:password lines, mode 0600)", "database", "~/.pgpass"),
     _s("PGDRAIN_SECRET_MAX_AGE_SECONDS", integer(0), DEFAULT_SECRET_MAX_AGE_SECONDS,
        "How long a fetched DB_SECRET_ARN secret is reused; a rejected password refetches it "
        "at once", "database"),

@@ -97,7 +97,9 @@ def connect_params_from_env(
         params = parse_database_url(_get(env, "DATABASE_URL"))
         if params.password is None:  # as libpq: PGPASSWORD, then the password file
             password = password_for(None if params.unix_sock else params.host, params.port,
-                                    params.database, params.user, env)
+                                    params.database, params.user,
+                                    password=_get(env, "PGPASSWORD") or None,
+                                    passfile=_get(env, "PGPASSFILE") or None)
             params = dataclasses.replace(params, password=password)
         return params
     if mode == "secret":
