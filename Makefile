@@ -117,6 +117,10 @@ openapi: $(STAMP) ## write docs/openapi.json (the enqueue API) from the code
 backlog: $(STAMP) ## drain a 10,000-job backlog of 200 ms jobs through the local Lambda Invoke stand-in (fan-out, continuation)
 	$(BIN)/python bench/backlog.py --jobs $(or $(JOBS),10000) --max-drains $(or $(MAX_DRAINS),4 16)
 
+.PHONY: sustained
+sustained: $(STAMP) ## producers and drains together at RATE jobs/s for MINUTES (default 4000, 30), DATABASE_URL's server or the embedded one
+	$(BIN)/python bench/sustained.py --rate $(or $(RATE),4000) --minutes $(or $(MINUTES),30)
+
 .PHONY: bench-peers
 bench-peers: $(STAMP) ## no-op throughput beside PgQueuer and procrastinate (installed in .venv-bench)
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
