@@ -52,11 +52,13 @@ QUEUES = ("default", "a", "b")
 TERMINAL = ("done", "failed", "cancelled")
 DRAIN_SECONDS = 2.5
 DEAD_LEASE_SECONDS = 60
+STATEMENT_SECONDS = 60
+"""The longest any statement or lock wait of the test's own connections may take."""
 TIME_STEPS = (30, 90, 700, 4000)
-# Which plain claim claim_round runs first: each in turn (see claim_round).
-_BY_QUEUE_FIRST = itertools.cycle((False, True))
 """Seconds ``pass_time`` moves: past a retry's backoff (30 s), a snooze or a delay (60 s), a
 dead drain's lease (60 s), a ttl (120 s), a unique window (600 s)."""
+# Which plain claim claim_round runs first: each in turn (see claim_round).
+_BY_QUEUE_FIRST = itertools.cycle((False, True))
 
 STATS: Counter[str] = Counter()
 """What the runs drove, printed by the test (see it with -s): steps by rule, drains by how
@@ -155,7 +157,7 @@ class SlotSampler(threading.Thread):
 
     def __init__(self, url: str):
         super().__init__(daemon=True)
-        self.conn = connect(url)
+        self.conn = connect(url, timeout=STATEMENT_SECONDS)
         self.stop = threading.Event()
         self.most = 0
 
@@ -183,7 +185,11 @@ class QueueModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         STATS["examples"] += 1
-        self.conn = connect(self.url)
+        self.conn = connect(self.url, timeout=STATEMENT_SECONDS)
+        # Every wait of the test's own connection is bounded: a drain left holding a lock
+        # (one that ran past its bound) fails the step that meets it, not the whole run.
+        self.conn.run(f"SET lock_timeout = '{STATEMENT_SECONDS}s'")
+        self.conn.run(f"SET statement_timeout = '{STATEMENT_SECONDS}s'")
         self.conn.run("TRUNCATE jobs, pgdrain_queues, pgdrain_type_rates, model_tx_writes, "
                       "model_deleted, pgdrain_done_counts RESTART IDENTITY")
         RECORDER.clear()
