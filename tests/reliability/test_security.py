@@ -30,11 +30,15 @@ import pgdrain
 from pgdrain import store
 from pgdrain.db import connect
 from pgdrain.migrate import migrate
+from pgdrain.operator_store import grants_needed
+from pgdrain.registry import Registry
 from pgdrain.sql import migrations
 from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
 from tests.integration import test_credentials_db as credential_tests
+from tests.integration.test_cli import pgdrain_cli
 from tests.reliability import faults
+from tests.support.drains import run_drain
 from tests.support.functions import load_event
 
 # Fixtures shared with the function tests and the credential tests.
@@ -470,3 +474,80 @@ def test_documented_roles_are_the_ones_tested():
     assert set(re.findall(r"\bON SEQUENCE (\w+)", text)) == {"pgdrain_doorbell_ring"}
     assert "jobs_id_seq" not in text and "ALL SEQUENCES" not in text.upper()
     assert "pgdrain_migrations" not in text  # the functions never touch it
+
+
+def _granted(sql: str, role: str) -> list[str]:
+    return [line for line in sql.splitlines() if line.startswith("GRANT ") and
+            line.endswith(f" TO {role};") and " ON DATABASE " not in line
+            and " ON SCHEMA " not in line]
+
+
+def test_the_documented_grants_are_the_catalogues(roles: Roles):
+    """One source: the page's GRANT statements are `pgdrain grants`' (grants_needed), for
+    the one app role and for each function's role."""
+    text = "\n".join(sql for _, sql in doc_blocks())
+    conn = connect(roles.admin_url)
+    try:
+        for role, part in (("pgdrain_app", "app"), ("pgdrain_enqueue", "enqueue"),
+                           ("pgdrain_drain", "drain")):
+            assert _granted(text, role) == grants_needed(conn, role, part), role
+    finally:
+        conn.close()
+    readme = (ROOT / "README.md").read_text()
+    assert "pgdrain\n  grants ROLE" in readme or "pgdrain grants ROLE" in readme
+    assert not re.search(r"need only `SELECT, INSERT, UPDATE, DELETE` on `jobs`", readme)
+
+
+def test_the_cli_runs_as_the_app_role(roles: Roles):
+    """An operator on the functions' role: every command that reads or changes jobs and
+    queues works with the page's grants."""
+    url = roles.url("app")
+    admin = connect(roles.admin_url)
+    try:
+        failed = admin.run("INSERT INTO jobs (job_type, status, attempts, max_attempts) "
+                           "VALUES ('test-noop', 'failed', 3, 3) RETURNING id")[0][0]
+    finally:
+        admin.close()
+    enqueued = pgdrain_cli(url, "enqueue", "test-noop", "--delay", "1h", "--json")
+    assert enqueued.returncode == 0, enqueued.stderr
+    pending = json.loads(enqueued.stdout)["id"]
+    for args in (["stats"], ["queues"], ["list"], ["show", str(failed)],
+                 ["requeue", "--id", str(failed)], ["run-now", str(pending)],
+                 ["pause", "default"], ["resume", "default"],
+                 ["queue", "set", "default", "--max-running", "5"],
+                 ["cancel", str(pending)], ["purge", "--status", "cancelled",
+                                            "--older-than", "1s"],
+                 ["delete", str(pending), "--yes"], ["schedules"], ["janitor"],
+                 ["top", "--once"], ["grants", "anyone"]):
+        done = pgdrain_cli(url, *args)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+
+
+def test_grants_yes_gives_a_new_role_what_it_needs(roles: Roles):
+    """`pgdrain grants ROLE --yes`, run as the tables' owner, is all a new role needs to
+    enqueue and drain; run as that role, it is refused and grants nothing."""
+    admin = connect(roles.admin_url)
+    role = f"{roles.prefix}_newcomer"
+    admin.run(f"CREATE ROLE {role} LOGIN PASSWORD 'change-me-newcomer'")
+    admin.run(f'GRANT CONNECT ON DATABASE "{roles.database}" TO {role}')
+    admin.run(f"GRANT USAGE ON SCHEMA public TO {role}")
+    newcomer = faults.as_role(roles.admin_url, role, "change-me-newcomer")
+    try:
+        refused = pgdrain_cli(newcomer, "grants", role, "--yes")
+        assert refused.returncode == 1 and "permission denied" in refused.stderr, refused
+        granted = pgdrain_cli(roles.url("migrator"), "grants", role, "--yes")
+        assert granted.returncode == 0, granted.stderr
+        assert granted.stdout.splitlines()[-1] == "-- granted, 6 statements"
+        conn = connect(newcomer)
+        try:
+            pgdrain.enqueue(conn, "newcomer-noop")
+        finally:
+            conn.close()
+        registry = Registry()
+        pgdrain.job("newcomer-noop", registry=registry)(lambda job: None)
+        summary = run_drain(newcomer, registry, retention_seconds=0)
+        assert (summary.claimed, summary.done) == (1, 1), summary
+    finally:
+        admin.run(f"DROP OWNED BY {role}")
+        admin.run(f"DROP ROLE {role}")
+        admin.close()

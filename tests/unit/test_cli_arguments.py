@@ -153,3 +153,14 @@ def test_a_bad_argument_is_quoted_escaped():
     with pytest.raises(argparse.ArgumentTypeError) as caught:
         arguments.name("a\x1b[2Jb")
     assert str(caught.value).endswith("not 'a\\x1b[2Jb'")
+
+
+@pytest.mark.parametrize("raw", ["", "x" * 64, "é" * 32, "role\nname"])
+def test_a_role_name_postgresql_would_not_keep_is_refused(raw):
+    with pytest.raises(argparse.ArgumentTypeError, match="a role name of 1 to 63 bytes"):
+        arguments.role(raw)
+
+
+@pytest.mark.parametrize("raw", ["pgdrain_app", "x" * 63, 'odd "name" with spaces'])
+def test_any_role_name_of_up_to_63_bytes_is_taken_as_given(raw):
+    assert arguments.role(raw) == raw

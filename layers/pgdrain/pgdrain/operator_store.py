@@ -123,3 +123,23 @@ def count_failed(conn: Any, *, job_type: str | None = None, queue: str | None = 
     row = as_session(conn).one("job_count_failed", job_type=job_type, queue=queue)
     assert row is not None
     return row
+
+
+GRANT_PARTS = ("app", "enqueue", "drain")
+"""Whose privileges ``grants_needed`` lists: both functions on one role, or one function's."""
+
+
+def grants_needed(conn: Any, role: str, part: str = "app") -> list[str]:
+    """The GRANT statements ``role`` needs to run ``part`` (grants_needed), its name quoted."""
+    if part not in GRANT_PARTS:
+        raise ValueError(f"grants are for one of {', '.join(GRANT_PARTS)}, not {part!r}")
+    return [r["statement"] for r in as_session(conn).rows("grants_needed", role=role,
+                                                          part=part)]
+
+
+def grant(conn: Any, statements: Sequence[str]) -> None:
+    """Run ``statements`` (from grants_needed) in one transaction: all of them, or none."""
+    session = as_session(conn)
+    with session.transaction():
+        for statement in statements:
+            session.run_script(statement)

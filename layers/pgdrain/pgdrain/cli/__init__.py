@@ -2,7 +2,7 @@
 
 ``migrate``, ``stats``, ``queues``, ``list``, ``show``, ``enqueue``, ``requeue``,
 ``run-now``, ``purge``, ``delete``, ``cancel``, ``pause``, ``resume``, ``queue set``,
-``schedules``, ``janitor`` and ``top``;
+``schedules``, ``grants``, ``janitor`` and ``top``;
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
 Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
@@ -96,6 +96,14 @@ def _parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--max-attempts", type=arguments.positive_int, metavar="N")
     command("queues", "every queue: paused, cap, rate, and its due, scheduled, running and "
                       "failed jobs")
+    grants = command("grants", "the GRANT statements a role needs to run the functions "
+                               "(run them as the tables' owner, or give --yes)")
+    grants.add_argument("role", type=arguments.role, metavar="ROLE")
+    grants.add_argument("--for", dest="part", choices=("app", "enqueue", "drain"),
+                        default="app", help="both functions on one role (app, the default), "
+                                            "or one function's")
+    grants.add_argument("--yes", action="store_true",
+                        help="grant them now, in one transaction (as the tables' owner)")
     pause = command("pause", "stop drains from claiming a queue's jobs (it still accepts "
                              "jobs; running ones finish)")
     pause.add_argument("queue", type=arguments.name, metavar="QUEUE")

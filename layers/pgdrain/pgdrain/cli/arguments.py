@@ -93,6 +93,15 @@ def name(raw: str) -> str:
     return raw
 
 
+def role(raw: str) -> str:
+    """A PostgreSQL role name (grants quote it, so any name of 1 to 63 bytes will do)."""
+    if (not raw or any(ord(c) < 32 or ord(c) == 127 for c in raw)
+            or len(raw.encode()) > 63):
+        raise argparse.ArgumentTypeError(
+            f"a role name of 1 to 63 bytes without control characters, not {_shown(raw)}")
+    return raw
+
+
 def _shown(raw: str) -> str:
     text = quoted(raw)  # what the operator typed, escaped as every value printed
     return text if len(text) <= 40 else text[:39] + "…"

@@ -395,9 +395,23 @@ def output_errors(out: TextIO) -> TextIO:
     return sys.stderr if out is sys.stdout else out
 
 
+def grants(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    statements = operator_store.grants_needed(conn, args.role, args.part)
+    if args.yes:
+        operator_store.grant(conn, statements)
+    if args.json:
+        print(output.to_json({"role": args.role, "for": args.part, "granted": args.yes,
+                              "statements": statements}), file=out)
+        return 0
+    print("\n".join(statements), file=out)
+    if args.yes:  # a comment, so that the output stays a script to keep or run elsewhere
+        print(f"-- granted, {len(statements)} statements", file=out)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], int]] = {
     "migrate": migrate, "stats": stats, "list": list_jobs, "show": show, "requeue": requeue,
     "purge": purge, "janitor": janitor, "cancel": cancel, "pause": pause, "resume": resume,
     "schedules": schedules, "queue": queue, "queues": queues, "delete": delete,
-    "run-now": run_now, "enqueue": enqueue,
+    "run-now": run_now, "enqueue": enqueue, "grants": grants,
 }

@@ -470,6 +470,35 @@ ON CONFLICT (job_type) DO UPDATE
 SET rate_limit = EXCLUDED.rate_limit, rate_period = EXCLUDED.rate_period, updated_at = now()
 WHERE (t.rate_limit, t.rate_period) IS DISTINCT FROM (EXCLUDED.rate_limit, EXCLUDED.rate_period)
 
+-- name: grants_needed
+-- The privileges a role needs to run the functions (docs/database-roles.md, `pgdrain
+-- grants`): for both functions on one role ('app'), or one function's ('enqueue', 'drain').
+-- The one list every document and test takes them from; the role name is quoted here (%I),
+-- so any name is safe to paste. The statements run as the tables' owner (the migrator).
+SELECT format('GRANT %s ON %s TO %I;', g.privileges, g.objects, :role::text) AS statement
+FROM (VALUES
+    (1, 'app', 'SELECT, INSERT, UPDATE, DELETE', 'jobs'),
+    (2, 'app', 'SELECT, UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
+    (3, 'app', 'SELECT, INSERT, UPDATE', 'pgdrain_queues, pgdrain_schedules, pgdrain_type_rates'),
+    (4, 'app', 'SELECT, INSERT', 'pgdrain_hooked_types'),
+    (5, 'app', 'SELECT, UPDATE', 'pgdrain_drain_launches'),
+    (6, 'app', 'SELECT, INSERT, UPDATE, DELETE',
+     'pgdrain_done_counts, pgdrain_schedule_declarations'),
+    (1, 'enqueue', 'SELECT, INSERT, UPDATE', 'jobs'),
+    (2, 'enqueue', 'SELECT, UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
+    (3, 'enqueue', 'SELECT, INSERT, UPDATE', 'pgdrain_queues'),
+    (1, 'drain', 'SELECT, UPDATE, DELETE', 'jobs'),
+    (2, 'drain', 'UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
+    (3, 'drain', 'SELECT, UPDATE', 'pgdrain_queues'),
+    (4, 'drain', 'SELECT, INSERT, UPDATE', 'pgdrain_schedules, pgdrain_type_rates'),
+    (5, 'drain', 'SELECT, INSERT', 'pgdrain_hooked_types'),
+    (6, 'drain', 'SELECT, UPDATE', 'pgdrain_drain_launches'),
+    (7, 'drain', 'SELECT, INSERT, UPDATE, DELETE',
+     'pgdrain_done_counts, pgdrain_schedule_declarations')
+) AS g(position, part, privileges, objects)
+WHERE g.part = :part
+ORDER BY g.position
+
 -- name: hooks_declare
 -- Record the job types this drain's code gives an on_failed hook (@pgdrain.job(...,
 -- on_failed=)), so that every process that fails one of their jobs, the CLI's janitor too,
