@@ -229,3 +229,33 @@ def test_powertools_comes_from_the_stacks_layer_or_from_awss_managed_one():
     # The library's own layer holds no Powertools: its requirements do not name it.
     own = (ROOT / "layers" / "pgdrain" / "requirements.txt").read_text().splitlines()
     assert not [line for line in own if "powertools" in line.lower() and "==" in line]
+
+
+def _stage(output: dict) -> dict:
+    [stage] = [r for r in output["Resources"].values() if r["Type"] == "AWS::ApiGateway::Stage"]
+    return stage
+
+
+def test_a_fresh_account_gets_api_gateways_logging_role_before_the_stage():
+    """Access logs need the account's CloudWatch role: by default the stack sets one, and the
+    stage (which fails without it) waits for it; both outlive the stack."""
+    assert PARAMETERS["ApiLoggingRole"]["Default"] == "create"
+    assert TEMPLATE["Conditions"]["CreatesApiLoggingRole"] == {
+        "Fn::Equals": [{"Ref": "ApiLoggingRole"}, "create"]}
+    account, role = RESOURCES["ApiGatewayAccount"], RESOURCES["ApiGatewayLoggingRole"]
+    for resource in (account, role):
+        assert resource["Condition"] == "CreatesApiLoggingRole"
+        assert resource["DeletionPolicy"] == resource["UpdateReplacePolicy"] == "Retain"
+    assert account["Properties"]["CloudWatchRoleArn"] == {
+        "Fn::GetAtt": ["ApiGatewayLoggingRole", "Arn"]}
+    [trust] = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "apigateway.amazonaws.com"}
+    assert role["Properties"]["ManagedPolicyArns"] == [{"Fn::Sub": (
+        "arn:${AWS::Partition}:iam::aws:policy/service-role/"
+        "AmazonAPIGatewayPushToCloudWatchLogs")}]
+    # The stage's dependency on the account setting, in SAM's output: a Ref under the same
+    # condition (a DependsOn on a resource that may not exist fails the template).
+    tags = _stage(translated())["Properties"]["Tags"]
+    assert {"Key": "pgdrain:api-logging-role", "Value": {"Fn::If": [
+        "CreatesApiLoggingRole", {"Ref": "ApiGatewayAccount"}, "exists"]}} in tags
+    assert "ApiLoggingRole" in (ROOT / "docs" / "deploy.md").read_text()
