@@ -81,6 +81,7 @@ $(SAM_STAMP):
 sam-check: $(SAM_STAMP) ## sam validate, sam validate --lint and sam build (no Docker)
 	$(SAM) validate
 	$(SAM) validate --lint
+	$(SAM_VENV)/bin/python tests/sam/check_first_deploy.py
 	$(SAM) build
 	@# The layer ships what a function runs: the RDS CA bundle, not the shell's tools.
 	test -s .aws-sam/build/PgdrainLayer/python/pgdrain/certs/rds-ca-bundle.pem
@@ -89,20 +90,22 @@ sam-check: $(SAM_STAMP) ## sam validate, sam validate --lint and sam build (no D
 	test -d .aws-sam/build/PowertoolsLayer/python/aws_lambda_powertools
 
 # The region is the deployer's choice, never a default: REGION=..., or AWS_REGION /
-# AWS_DEFAULT_REGION from the shell. The first deploy asks for the parameters (sam deploy
-# --guided, saved in samconfig.toml); later ones reuse them. The stack's outputs come last.
+# AWS_DEFAULT_REGION from the shell. The first deploy asks how to reach the database, the
+# network and the alarms' e-mail (dev/pgdrain_dev/first_deploy.py; every other parameter keeps
+# its default), saved in samconfig.toml; later ones reuse them. The outputs come last.
 STACK ?= pgdrain
 DEPLOY_REGION = $(or $(REGION),$(AWS_REGION),$(AWS_DEFAULT_REGION))
 .PHONY: deploy deploy-region
 deploy-region:
 	@test -n "$(DEPLOY_REGION)" || { echo "make deploy: which region? make deploy REGION=eu-west-1 (or set AWS_REGION)"; exit 2; }
 
-deploy: deploy-region $(SAM_STAMP) ## build and deploy the stack (REGION=eu-west-1; asks for parameters the first time), then print its outputs
+deploy: deploy-region $(SAM_STAMP) ## build and deploy the stack (REGION=eu-west-1; the first time asks how to reach the database), then print its outputs
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam build
 	if grep -q '^parameter_overrides' samconfig.toml; then \
 	  SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam deploy --stack-name $(STACK) --region $(DEPLOY_REGION); \
 	else \
-	  SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam deploy --guided --stack-name $(STACK) --region $(DEPLOY_REGION); \
+	  SAM_CLI_TELEMETRY=0 $(PYTHON) dev/pgdrain_dev/first_deploy.py --sam $(SAM_VENV)/bin/sam \
+	    --stack-name $(STACK) --region $(DEPLOY_REGION); \
 	fi
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam list stack-outputs --stack-name $(STACK) --region $(DEPLOY_REGION) --output table
 

@@ -6,6 +6,8 @@
   ``DATABASE_URL`` is unset;
 - ``local_invoke``: ``pgdrain invoke``, ``sam local invoke`` without Docker (registered as a
   ``pgdrain.commands`` entry point).
+- ``first_deploy``: ``make deploy``'s first run, which asks only how to reach the database,
+  the network and the alarms' e-mail, then runs ``sam deploy`` (standard library only).
 
 ``make`` installs it (``pip install -e dev/``); the library and the functions never import it.
 """
