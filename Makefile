@@ -113,8 +113,11 @@ clean: ## remove the virtual environments, caches and build output
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .hypothesis .aws-sam
 
 .PHONY: openapi
+# docs/openapi.json shows the demo's job types (a deployed stack's document: python -m
+# pgdrain.http.openapi --jobs <its PGDRAIN_JOBS>).
+OPENAPI_JOBS := pgdrain_dev.demo_jobs.examples,pgdrain_jobs.webhook
 openapi: $(STAMP) ## write docs/openapi.json (the enqueue API) from the code
-	$(BIN)/python -m pgdrain.http.openapi --output docs/openapi.json
+	$(BIN)/python -m pgdrain.http.openapi --jobs $(OPENAPI_JOBS) --output docs/openapi.json
 
 .PHONY: backlog
 backlog: $(STAMP) ## drain a 10,000-job backlog of 200 ms jobs through the local Lambda Invoke stand-in (fan-out, continuation)

@@ -38,7 +38,7 @@ def build_layer(python: str, target: Path, compiled: bool) -> None:
                     "--root-user-action=ignore", "--no-compile", "--target", str(target),
                     *(arg for r in requirements for arg in ("-r", str(r)))], check=True,
                    stderr=subprocess.DEVNULL)
-    for package in ("pgdrain", "pgdrain_jobs"):
+    for package in ("pgdrain", "pgdrain_jobs", "jobs"):
         shutil.copytree(ROOT / "layers" / "pgdrain" / package, target / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
     if compiled:

@@ -53,7 +53,7 @@ while idle < 20:
 
 def enqueue_through_the_api(url: str) -> list[int]:
     """POST each seed job to the enqueue function's handler, as API Gateway would."""
-    os.environ.update(DATABASE_URL=url, PGDRAIN_JOBS="pgdrain_jobs.seed",
+    os.environ.update(DATABASE_URL=url, PGDRAIN_JOBS="pgdrain_dev.demo_jobs.seed",
                       POWERTOOLS_LOG_LEVEL="WARNING", POWERTOOLS_METRICS_DISABLED="true")
     path = ROOT / "functions" / "enqueue" / "app.py"
     spec = importlib.util.spec_from_file_location("enqueue_app", path)
@@ -120,7 +120,7 @@ def main() -> None:
         print("Database ready.")
         # Done jobs kept a day, to show them in the table at the end: by default a drain
         # deletes each done job as it finishes (PGDRAIN_RETENTION_SECONDS=0).
-        env = {**os.environ, "DATABASE_URL": url, "PGDRAIN_JOBS": "pgdrain_jobs.seed",
+        env = {**os.environ, "DATABASE_URL": url, "PGDRAIN_JOBS": "pgdrain_dev.demo_jobs.seed",
                "PGDRAIN_BATCH_SIZE": "1", "POWERTOOLS_METRICS_NAMESPACE": "pgdrain-demo",
                "PGDRAIN_RETENTION_SECONDS": "86400"}
         ids = enqueue_through_the_api(url)

@@ -31,7 +31,9 @@ MODES = {
     "iam": "RDS IAM authentication (a user granted rds_iam, no password)",
     "url": "a postgresql:// URL (trials only: it carries the password; not saved)",
 }
-SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+$")
+SECRET_ARN = re.compile(
+    r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
+KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
 RESOURCE_ID = re.compile(r"^(db|cluster|prx)-[A-Za-z0-9]+$")
 SUBNET = re.compile(r"^subnet-[0-9a-f]+$")
 SECURITY_GROUP = re.compile(r"^sg-[0-9a-f]+$")
@@ -49,6 +51,13 @@ def secret_arn(raw: str) -> str:
     if not SECRET_ARN.match(raw):
         raise Invalid("a Secrets Manager secret ARN looks like "
                       "arn:aws:secretsmanager:eu-west-1:123456789012:secret:name-AbCdEf")
+    return raw
+
+
+def kms_key_arn(raw: str) -> str:
+    if not KMS_KEY_ARN.match(raw):
+        raise Invalid("a KMS key ARN looks like "
+                      "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-...")
     return raw
 
 
@@ -111,6 +120,8 @@ QUESTIONS: dict[str, list[Question]] = {
         Question("MigrationSecretArn", "The schema owner's secret for the migration, if "
                  "the functions' role only has row privileges (Enter: the same secret)",
                  optional(secret_arn)),
+        Question("SecretKmsKeyArn", "The KMS key's ARN, if the secret is encrypted with a "
+                 "customer-managed key (Enter: AWS's own)", optional(kms_key_arn)),
         Question("DatabaseHost", "The database host, if the secret has none (an RDS-managed "
                  "master secret) (Enter: the secret's)", optional(host)),
         Question("DatabaseName", "The database name, if the secret has none (Enter: the "

@@ -164,7 +164,7 @@ def test_environment_is_resolved_as_sam_local_does():
     assert env["DB_PORT"] == "5432"  # a Number parameter's Default
     assert env["DB_IAM_AUTH"] == "false"
     assert env["DB_SECRET_ARN"] == ""
-    assert env["PGDRAIN_JOBS"] == "pgdrain_jobs.examples,pgdrain_jobs.webhook"
+    assert env["PGDRAIN_JOBS"] == "jobs"
     assert env["POWERTOOLS_SERVICE_NAME"] == "local"  # Ref AWS::StackName, sam's value
     assert "NOT_DECLARED" not in env and "UNDECLARED_IN_SHELL" not in env
     assert (enqueue.timeout, enqueue.memory, enqueue.handler) == (15, 256, "app.lambda_handler")

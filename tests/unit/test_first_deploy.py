@@ -5,6 +5,8 @@ DatabaseUrl is read without echo and never saved."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from test_template_deploy import PARAMETERS, refusals
 
@@ -12,8 +14,8 @@ from pgdrain_dev import first_deploy
 
 SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:pgdrain-AbCdEf"
 SCRIPTS = {
-    "secret": ["1", SECRET, "", "", "", "", ""],
-    "secret in a VPC, alarms": ["secret", SECRET, "", "db.x.eu-west-1.rds.amazonaws.com",
+    "secret": ["1", SECRET, "", "", "", "", "", ""],
+    "secret in a VPC, alarms": ["secret", SECRET, "", "", "db.x.eu-west-1.rds.amazonaws.com",
                                 "app", "subnet-0a1, subnet-0b2", "sg-0c3",
                                 "ops@example.com"],
     "iam": ["2", "db.x.eu-west-1.rds.amazonaws.com", "app", "pgdrain_app", "db-ABC123", "",
@@ -47,6 +49,9 @@ def test_each_mode_asks_a_few_questions_and_passes_every_rule(case):
              for k, v in parameters.items()}
     assert refusals(**given) == []
     assert set(parameters) <= set(PARAMETERS)
+    for name, value in parameters.items():  # and each passes its AllowedPattern
+        pattern = PARAMETERS[name].get("AllowedPattern")
+        assert pattern is None or re.fullmatch(pattern, value), (name, value)
     if case == "url":
         assert parameters == {"DatabaseUrl": URL}
 
@@ -74,7 +79,7 @@ def test_every_parameter_it_does_not_ask_has_a_default():
     ("arn:aws:s3:::bucket", "arn:aws:secretsmanager"),
 ])
 def test_a_bad_answer_is_asked_again_saying_what_is_wrong(bad, words):
-    parameters, said, asked = run(["1", bad, SECRET, "", "", "", "", ""])
+    parameters, said, asked = run(["1", bad, SECRET, "", "", "", "", "", ""])
     assert parameters == {"DatabaseSecretArn": SECRET}
     assert asked.count(asked[1]) == 2 and any(words in line for line in said)
 
@@ -89,7 +94,7 @@ def test_an_empty_url_is_asked_again_not_taken():
 
 
 def test_vpc_subnets_need_security_groups_and_bad_ids_are_refused():
-    parameters, said, _ = run(["1", SECRET, "", "", "", "subnet-1, nope", "subnet-1",
+    parameters, said, _ = run(["1", SECRET, "", "", "", "", "subnet-1, nope", "subnet-1",
                                "", "sg-1", ""])
     assert parameters["SubnetIds"] == "subnet-1" and parameters["SecurityGroupIds"] == "sg-1"
     assert len([line for line in said if "comma-separated ids" in line]) == 2

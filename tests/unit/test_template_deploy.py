@@ -259,3 +259,70 @@ def test_a_fresh_account_gets_api_gateways_logging_role_before_the_stage():
     assert {"Key": "pgdrain:api-logging-role", "Value": {"Fn::If": [
         "CreatesApiLoggingRole", {"Ref": "ApiGatewayAccount"}, "exists"]}} in tags
     assert "ApiLoggingRole" in (ROOT / "docs" / "deploy.md").read_text()
+
+
+# --- parameters checked by their patterns, as CloudFormation checks them -------------------
+
+SECRET_NAME_ONLY = "pgdrain/db"
+GOOD_AND_BAD = {
+    "DatabaseSecretArn": ([SECRET, "", "arn:aws-us-gov:secretsmanager:us-gov-west-1:"
+                                       "123456789012:secret:db"],
+                          [SECRET_NAME_ONLY, "arn:aws:s3:::bucket", " " + SECRET]),
+    "MigrationSecretArn": ([SECRET, ""], [SECRET_NAME_ONLY]),
+    "SecretKmsKeyArn": (["", "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd"],
+                        ["alias/aws/secretsmanager", "1234abcd"]),
+    "DatabaseHost": (["db.x.eu-west-1.rds.amazonaws.com", ""],
+                     ["db.example.com:5432", "postgresql://db"]),
+    "DatabaseName": (["app", ""], ["my db", "app?x=1"]),
+    "DatabaseUser": (["pgdrain_app", ""], ["app user", "a@b"]),
+    "DatabaseResourceId": (["db-ABCDEFGHIJ", "cluster-XYZ123", "prx-0abc", ""],
+                           ["mydb", "arn:aws:rds:eu-west-1:123456789012:db:mydb"]),
+    "DatabaseUrl": (["", "postgresql://u:p@h/d", "postgres://h/d"], ["mysql://h/d", "h:5432"]),
+    "DatabaseSslRootCert": (["", "/opt/python/ca.pem"], ["ca.pem"]),
+    "JobModules": (["jobs", "jobs,pgdrain_jobs.webhook", "my_app.jobs"],
+                   ["", "jobs, other", "jobs/", "1jobs"]),
+    "DrainSchedule": (["rate(1 minute)", "cron(0/5 * * * ? *)"], ["every minute", ""]),
+    "AlarmEmail": (["", "ops@example.com"], ["ops", "ops@example"]),
+    "AlarmTopicArn": (["", "arn:aws:sns:eu-west-1:123456789012:alarms"], ["alarms"]),
+}
+
+
+@pytest.mark.parametrize("name", GOOD_AND_BAD)
+def test_a_parameter_cloudformation_would_turn_into_a_broken_stack_is_refused(name):
+    """AllowedPattern: the whole value must match (CloudFormation's rule), and the refusal
+    says what the value should look like."""
+    import re
+
+    parameter = PARAMETERS[name]
+    pattern = re.compile(parameter["AllowedPattern"])
+    good, bad = GOOD_AND_BAD[name]
+    assert all(pattern.fullmatch(value) for value in good), name
+    assert not [value for value in bad if pattern.fullmatch(value)], name
+    assert pattern.fullmatch(str(parameter["Default"])), "the default must pass"
+    assert parameter["ConstraintDescription"]
+
+
+def _policies(role: str) -> dict[str, Any]:
+    found = {}
+    for policy in RESOURCES[role]["Properties"]["Policies"]:
+        if "Fn::If" in policy:
+            condition, policy, _ = policy["Fn::If"]
+            found[policy["PolicyName"]] = (condition, policy["PolicyDocument"]["Statement"])
+    return found
+
+
+@pytest.mark.parametrize("role", ["DrainFunctionRole", "EnqueueFunctionRole",
+                                  "MigrateFunctionRole"])
+def test_a_secret_given_without_its_suffix_and_one_under_a_kms_key_can_be_read(role):
+    policies = _policies(role)
+    for name in ("database-secret", "function-secret"):
+        if name in policies:
+            [statement] = policies[name][1]
+            arn = statement["Resource"][0]["Ref"]
+            assert statement["Resource"] == [{"Ref": arn}, {"Fn::Sub": f"${{{arn}}}-??????"}]
+    condition, [statement] = policies["secret-kms-key"]
+    assert condition == "HasSecretKmsKey"
+    assert (statement["Action"], statement["Resource"]) == (
+        "kms:Decrypt", {"Ref": "SecretKmsKeyArn"})
+    assert statement["Condition"] == {"StringEquals": {"kms:ViaService": {
+        "Fn::Sub": "secretsmanager.${AWS::Region}.amazonaws.com"}}}

@@ -19,8 +19,9 @@ import pytest
 
 import pgdrain
 
-if "pgdrain_jobs.seed" in sys.modules:  # it registers a simulated deliver-webhook
-    pytest.skip("pgdrain_jobs.seed is imported in this process", allow_module_level=True)
+if "pgdrain_dev.demo_jobs.seed" in sys.modules:  # it registers a simulated deliver-webhook
+    pytest.skip("pgdrain_dev.demo_jobs.seed is imported in this process",
+                allow_module_level=True)
 
 from pgdrain_jobs import webhook
 from pgdrain_jobs.webhook import WebhookError, deliver_webhook

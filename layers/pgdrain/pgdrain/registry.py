@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from .cron import Cron
     from .flow import Rate
 
-DEFAULT_JOB_MODULES = "pgdrain_jobs.examples,pgdrain_jobs.webhook"
+DEFAULT_JOB_MODULES = "jobs"
+"""Every module of ``layers/pgdrain/jobs/``, where a stack's own handlers go."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +273,11 @@ def load_job_modules(spec: str | None) -> list[str]:
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            raise ConfigError(f"PGDRAIN_JOBS: cannot import job module {name!r}: {exc}") from exc
+            where = ("" if spec else f" (the default: the job modules in the layer's "
+                                     f"layers/pgdrain/{DEFAULT_JOB_MODULES}/ folder; set "
+                                     "PGDRAIN_JOBS to yours)")
+            raise ConfigError(f"PGDRAIN_JOBS: cannot import job module {name!r}{where}: "
+                              f"{exc}") from exc
     return names
 
 

@@ -49,7 +49,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 DEFAULT_MAX_BATCH = 500
 DEFAULT_DOORBELL_WINDOW_SECONDS = 1.0
 DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10.0
-DEFAULT_JOB_MODULES = "pgdrain_jobs.examples,pgdrain_jobs.webhook"
+DEFAULT_JOB_MODULES = "jobs"
 
 
 # --- parsers: a raw (stripped, non-empty) value in, the value out, or ValueError saying why ---

@@ -1,10 +1,9 @@
-"""The job modules pgdrain ships; the default ``PGDRAIN_JOBS`` is
-``pgdrain_jobs.examples,pgdrain_jobs.webhook``.
+"""Job handlers pgdrain ships, each loaded only when ``PGDRAIN_JOBS`` names it:
 
-- ``examples``: the seed article's simulated ``send-email``, ``generate-export``, ``sync-crm``;
-- ``webhook``: a real ``deliver-webhook`` handler to keep;
-- ``seed``: all four seed jobs simulated (the demo's choice, it needs no network).
+- ``webhook``: ``deliver-webhook``, a real signed webhook delivery
+  (``PGDRAIN_JOBS=jobs,pgdrain_jobs.webhook``).
 
-Replace them with your own job types, or point ``PGDRAIN_JOBS`` at your modules. This file
-imports nothing, so that importing one module does not register the others.
+Your own handlers go in ``layers/pgdrain/jobs/`` (the default ``PGDRAIN_JOBS``). The demo's
+stand-ins, which only sleep, live in the dev tools (``pgdrain_dev.demo_jobs``) and are never
+deployed. This file imports nothing, so that importing one module does not register others.
 """

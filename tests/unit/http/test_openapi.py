@@ -4,6 +4,8 @@ valid OpenAPI 3.1, and it states the rules the parser enforces."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -82,9 +84,11 @@ def validator(document: dict, pointer: str = BODY_SCHEMA) -> Draft202012Validato
 
 
 def test_docs_openapi_json_is_what_the_code_builds_now():
-    built = subprocess.run([sys.executable, "-m", "pgdrain.http.openapi"], cwd=ROOT, check=True,
-                           capture_output=True, text=True,
-                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "layers/pgdrain"),
+    jobs = re.search(r"^OPENAPI_JOBS := (\S+)$", (ROOT / "Makefile").read_text(), re.M)[1]
+    built = subprocess.run([sys.executable, "-m", "pgdrain.http.openapi", "--jobs", jobs],
+                           cwd=ROOT, check=True, capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(
+                               [str(ROOT / "layers/pgdrain"), str(ROOT / "dev")]),
                                 "PGDRAIN_JOBS": "tests.support.jobs"}).stdout
     assert COMMITTED.exists(), "docs/openapi.json is missing: run make openapi"
     assert COMMITTED.read_text(encoding="utf-8") == built, (

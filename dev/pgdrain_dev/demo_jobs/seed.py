@@ -1,5 +1,5 @@
 """All four of the seed article's jobs simulated, ``deliver-webhook`` included, so the demo runs
-without a network. ``PGDRAIN_JOBS=pgdrain_jobs.seed`` selects it instead of the default."""
+without a network. ``PGDRAIN_JOBS=pgdrain_dev.demo_jobs.seed`` selects it (make demo)."""
 
 from __future__ import annotations
 
