@@ -44,6 +44,13 @@ def widget_metrics(body: dict) -> set[tuple[str, str]]:
     for widget in body["widgets"]:
         previous: list = []
         for series in widget["properties"]["metrics"]:
+            if isinstance(series[0], dict) and "expression" in series[0]:
+                # SEARCH('{namespace,dimension,...} MetricName="name" ...', ...)
+                search = re.search(r"\{([^,}]+)[^}]*\} MetricName=\"(\w+)\"",
+                                   series[0]["expression"])
+                assert search, series
+                found.add((search[1], search[2]))
+                continue
             if series[0] == "...":
                 series = previous
             labels = [v for v in series if not isinstance(v, dict)]
@@ -84,7 +91,9 @@ def emitted(load_function, conn, capsys, monkeypatch, database_url):
     """Every metric name the functions emitted on their common paths."""
     enqueue = load_function("enqueue", DRAIN_FUNCTION_NAME="")
     enqueue.lambda_handler(load_event("enqueue_single.json"), LambdaContext())
-    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}, {"job_type": "test-boom"}])
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}, {"job_type": "test-boom"},
+                                {"job_type": "test-noop", "queue": "held"}])
+    pgdrain.pause(conn, "held")  # its job waits: the per-queue metrics have a queue to show
     drain = load_function("drain")
     drain.lambda_handler(load_event("drain_schedule.json"), LambdaContext())
     drain.CONNECTOR.discard()
@@ -116,4 +125,4 @@ def test_every_widget_and_alarm_reads_a_metric_that_exists(emitted):
 def test_the_dashboard_shows_the_drains_scale_out_and_the_api(emitted):
     watched = {metric for _, metric in widget_metrics(dashboard_body())}
     assert {"DrainsStarted", "DrainsBusy", "HandlersAbandoned", "JobsEnqueued",
-            "5XXError"} <= watched
+            "5XXError", "PausedBacklog", "QueueOldestDueAge"} <= watched

@@ -320,7 +320,7 @@ def test_logs_and_metrics(load_function, conn, capsys, database_url):
     assert {(r["job_type"], r["outcome"], r["attempt"]) for r in jobs} == {
         ("test-noop", "done", 1), ("test-boom", "retried", 1)}
     assert all(r["correlation_id"] == "req-123" and "duration_ms" in r for r in jobs)
-    [emf] = [r for r in lines if "_aws" in r]
+    [emf] = [r for r in lines if "_aws" in r and "queue" not in r]  # per queue: apart
     names = {m["Name"] for m in emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
     assert {"JobsClaimed", "JobsDone", "JobsRetried", "JobsFailed", "LeasesReclaimed",
             "JobsReleased", "StaleWrites", "JobDuration", "QueueLag", "Backlog",
@@ -546,7 +546,8 @@ def test_the_dead_letter_metric_counts_the_janitors_failures(load_function, conn
     capsys.readouterr()
     summary = app.lambda_handler({}, LambdaContext())
     assert (summary["reclaimed_failed"], summary["failed"]) == (1, 0)
-    [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if '"_aws"' in line and '"QueueBacklog"' not in line]
     assert emf["JobsFailed"] == [1.0] and emf["LeasesRefunded"] == [0.0]
 
 
@@ -601,7 +602,8 @@ def test_a_run_at_of_minus_infinity_leaves_the_drain_and_its_metrics_working(
     capsys.readouterr()
     response = app.lambda_handler(load_event("drain_api.json"), LambdaContext())
     assert response["statusCode"] == 200, response["body"]
-    [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if '"_aws"' in line and '"QueueBacklog"' not in line]
     assert emf["Backlog"] == [1.0] and emf["OldestDueAge"][0] > 6e10  # from year 1
     assert pgdrain.stats(conn).oldest_due_seconds > 6e10
 
@@ -630,7 +632,7 @@ def test_expired_jobs_are_counted_and_never_run(load_function, conn, sql, capsys
     assert (summary["expired"], summary["claimed"], summary["done"]) == (1, 0, 0)
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
              if line.startswith("{")]
-    [emf] = [r for r in lines if "_aws" in r]
+    [emf] = [r for r in lines if "_aws" in r and "queue" not in r]  # per queue: apart
     assert (emf["JobsExpired"], emf["JobsFailed"]) == ([1.0], [1.0])
     assert pgdrain.get_job(conn, ident)["last_error"] == "expired"
 
@@ -645,10 +647,39 @@ def test_a_paused_queue_waits_and_the_metric_says_so(load_function, conn, capsys
     assert (summary["claimed"], summary["done"]) == (1, 1)
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
              if line.startswith("{")]
-    [emf] = [r for r in lines if "_aws" in r]
-    assert (emf["QueuesPaused"], emf["Backlog"]) == ([1.0], [1.0])
+    [emf] = [r for r in lines if "_aws" in r and "queue" not in r]  # per queue: apart
+    # The paused queue's job waits on purpose: it counts apart, and the oldest-due alarm's
+    # metric leaves it out.
+    assert (emf["QueuesPaused"], emf["Backlog"], emf["PausedBacklog"]) == ([1.0], [0.0], [1.0])
+    assert emf["OldestDueAge"] == [0.0]
+    [queue] = [r for r in lines if "_aws" in r and "queue" in r]
+    assert (queue["queue"], queue["paused"], queue["QueueBacklog"]) == ("emails", True, 1)
+    assert queue["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "queue"]]
     assert (pgdrain.get_job(conn, held)["status"], pgdrain.get_job(conn, ran)["status"]) == (
         "pending", "done")
+
+
+def test_each_queue_has_its_own_backlog_metrics_the_longest_waits_first(
+        load_function, conn, sql, capsys):
+    """One busy queue cannot hide another: each queue's due jobs and oldest wait go out with a
+    queue dimension, at most PGDRAIN_METRIC_QUEUES of them, the longest waits first."""
+    for queue, age in (("reports", 300), ("emails", 60), ("webhooks", 5)):
+        pgdrain.enqueue(conn, "test-noop", queue=queue)
+        sql("UPDATE jobs SET run_at = now() - make_interval(secs => :age) WHERE queue = :q",
+            age=age, q=queue)
+    pgdrain.pause(conn, "reports")
+    pgdrain.pause(conn, "emails")
+    pgdrain.pause(conn, "webhooks")
+    app = load_function("drain", PGDRAIN_METRIC_QUEUES="2")
+    capsys.readouterr()
+    app.lambda_handler(load_event("drain_schedule.json"), LambdaContext())
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    queues = [(r["queue"], r["QueueBacklog"], round(r["QueueOldestDueAge"], -1))
+              for r in lines if "_aws" in r and "queue" in r]
+    assert queues == [("reports", 1, 300), ("emails", 1, 60)]
+    [emf] = [r for r in lines if "_aws" in r and "queue" not in r]
+    assert (emf["Backlog"], emf["PausedBacklog"]) == ([0.0], [3.0])
 
 
 def test_a_local_invocation_starts_no_drain_in_aws(load_function, conn, monkeypatch, capsys):

@@ -326,3 +326,16 @@ def test_a_secret_given_without_its_suffix_and_one_under_a_kms_key_can_be_read(r
         "kms:Decrypt", {"Ref": "SecretKmsKeyArn"})
     assert statement["Condition"] == {"StringEquals": {"kms:ViaService": {
         "Fn::Sub": "secretsmanager.${AWS::Region}.amazonaws.com"}}}
+
+
+def test_no_alarm_starts_in_alarm_on_a_healthy_new_stack():
+    """Before a metric has its first data point (a new stack, a drain yet to run), no alarm
+    treats the gap as breaching; the oldest-due alarm reads only queues that are not paused
+    (the drain's OldestDueAge leaves paused queues out: PausedBacklog counts them)."""
+    alarms = {n: r["Properties"] for n, r in RESOURCES.items()
+              if r["Type"] == "AWS::CloudWatch::Alarm"}
+    assert len(alarms) >= 5
+    for name, alarm in alarms.items():
+        assert alarm["TreatMissingData"] in ("notBreaching", "missing"), name
+    assert alarms["OldestDueJobAlarm"]["MetricName"] == "OldestDueAge"
+    assert "not paused" in alarms["OldestDueJobAlarm"]["AlarmDescription"]

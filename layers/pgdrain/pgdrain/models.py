@@ -358,6 +358,46 @@ class Backlog:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueBacklog:
+    """One queue's due jobs (counted up to a cap), its oldest due job's wait, and whether it
+    is paused (``store.backlog_by_queue``)."""
+
+    queue: str
+    due: int
+    oldest_due_seconds: float
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBacklogs:
+    """The backlog queue by queue, the oldest waits first, and how many queues are paused
+    (with or without jobs)."""
+
+    queues: tuple[QueueBacklog, ...] = ()
+    queues_paused: int = 0
+
+    @property
+    def waiting(self) -> tuple[QueueBacklog, ...]:
+        """The queues whose jobs drains would claim: not paused."""
+        return tuple(q for q in self.queues if not q.paused)
+
+    @property
+    def due(self) -> int:
+        """Due jobs of queues that are not paused: work that should be running."""
+        return sum(q.due for q in self.waiting)
+
+    @property
+    def oldest_due_seconds(self) -> float:
+        """The longest wait of a due job in a queue that is not paused."""
+        return max((q.oldest_due_seconds for q in self.waiting), default=0.0)
+
+    @property
+    def paused_due(self) -> int:
+        """Due jobs of paused queues: they wait on purpose."""
+        return sum(q.due for q in self.queues if q.paused)
+
+
+@dataclass(frozen=True, slots=True)
 class TableHealth:
     """The jobs table's footprint and vacuum state (``store.table_health``)."""
 

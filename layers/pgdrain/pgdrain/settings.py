@@ -256,6 +256,10 @@ SETTINGS: tuple[Setting, ...] = (
        "The functions' `service` in logs and metrics (the stack's name in AWS)", "aws"),
     _s("POWERTOOLS_METRICS_NAMESPACE", text, "pgdrain", "The functions' metrics namespace",
        "aws"),
+    _s("PGDRAIN_METRIC_QUEUES", integer(0), 10,
+       "Queues with per-queue metrics (QueueBacklog, QueueOldestDueAge, dimensions service and "
+       "queue), the longest waits first; each queue is a custom metric: 0 turns them off",
+       "aws"),
     _s("AWS_LAMBDA_FUNCTION_NAME", text, None,
        "Set by Lambda. Where it is set (or AWS_ENDPOINT_URL_LAMBDA is), a drain starts more "
        "drains: itself again when it stops with due work left, more for a backlog", "aws",

@@ -26,6 +26,8 @@ from .models import (
     Job,
     NewJob,
     Outcome,
+    QueueBacklog,
+    QueueBacklogs,
     QueueStats,
     Rate,
     TableHealth,
@@ -385,6 +387,27 @@ def backlog(conn: Any, *, cap: int = BACKLOG_CAP) -> Backlog:
     assert row is not None
     return Backlog(due=row["due"], oldest_due_seconds=row["oldest_due_seconds"],
                    queues_paused=row["queues_paused"])
+
+
+BACKLOG_PAIRS = 1_000
+"""The (queue, priority) pairs of pending jobs ``backlog_by_queue`` reads at most."""
+
+
+def backlog_by_queue(conn: Any, *, cap: int = BACKLOG_CAP, most_pairs: int = BACKLOG_PAIRS
+                     ) -> QueueBacklogs:
+    """Per queue with due jobs: how many (up to ``cap``), the oldest one's wait, whether the
+    queue is paused; the oldest waits first (job_backlog_by_queue: bounded index reads)."""
+    row = as_session(conn).one("job_backlog_by_queue", cap=cap, most_pairs=most_pairs,
+                               queues=None)
+    assert row is not None
+    queues = row["queues"]
+    if isinstance(queues, str):  # a DB-API connection may leave json as text
+        queues = decode_json(queues)[0]
+    return QueueBacklogs(
+        queues=tuple(QueueBacklog(queue=q["queue"], due=int(q["due"]),
+                                  oldest_due_seconds=float(q["oldest_due_seconds"]),
+                                  paused=bool(q["paused"])) for q in queues),
+        queues_paused=row["queues_paused"])
 
 
 def table_health(conn: Any) -> TableHealth:

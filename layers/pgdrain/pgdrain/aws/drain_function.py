@@ -18,7 +18,7 @@ from aws_lambda_powertools import Logger, Metrics
 from ..db import Connector
 from ..drain import DrainSummary, drain, shortest_runnable_seconds
 from ..registry import Registry
-from ..settings import Settings
+from ..settings import Settings, read
 from ..version import VERSION
 from .launcher import LambdaLauncher
 from .local import may_invoke_lambda
@@ -62,6 +62,7 @@ class DrainFunction:
         self.connector = connector
         self.logger = logger
         self.metrics = metrics
+        self.metric_queues = int(read("PGDRAIN_METRIC_QUEUES"))
         self.checked_timeout = False
 
     def __call__(self, event: Any, context: Any) -> dict[str, Any]:
@@ -109,7 +110,7 @@ class DrainFunction:
                                 "request_id": request_id})
 
     def _drain(self, context: Any, *, bound: float | None = None) -> DrainSummary:
-        observer = DrainObserver(self.logger, self.metrics)
+        observer = DrainObserver(self.logger, self.metrics, self.metric_queues)
         began = time.monotonic()
 
         def time_left() -> float:

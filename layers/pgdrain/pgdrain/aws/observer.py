@@ -3,7 +3,10 @@ invocation's counts, durations, lags and backlog as EMF metrics (Powertools)."""
 
 from __future__ import annotations
 
+import json
 import random
+import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from aws_lambda_powertools import Logger, Metrics
@@ -13,7 +16,7 @@ from .. import store
 from ..db import Connector
 from ..drain import DrainSummary
 from ..errors import DatabaseUnavailable, Discard
-from ..models import Job
+from ..models import Job, QueueBacklog
 
 _OUTCOME_METRICS = {"done": "JobsDone", "retried": "JobsRetried",
                     "released": "JobsReleased", "snoozed": "JobsSnoozed",
@@ -31,9 +34,10 @@ class DrainObserver:
 
     SAMPLE_SIZE = 100
 
-    def __init__(self, logger: Logger, metrics: Metrics) -> None:
+    def __init__(self, logger: Logger, metrics: Metrics, metric_queues: int = 10) -> None:
         self.logger = logger
         self.metrics = metrics
+        self.metric_queues = metric_queues
         self.seen = 0
         self.durations: list[float] = []
         self.lags: list[float] = []
@@ -137,20 +141,41 @@ class DrainObserver:
             return
         try:
             session = connector.session()
-            backlog, health = store.backlog(session), store.table_health(session)
+            backlog, health = store.backlog_by_queue(session), store.table_health(session)
         except Exception as exc:  # the drain's work is done: a metric must not undo its answer
             if isinstance(exc, DatabaseUnavailable):
                 connector.discard()
             self.logger.warning("backlog metrics skipped: %s", exc, exc_info=exc)
             return
+        # What should be running: the oldest-due alarm watches it. A paused queue's jobs
+        # wait on purpose, so they count apart (PausedBacklog) and page nobody.
         add("Backlog", MetricUnit.Count, backlog.due)
         add("OldestDueAge", MetricUnit.Seconds, backlog.oldest_due_seconds)
-        # A paused queue's backlog grows on purpose: this says why, beside the Backlog alarm.
+        add("PausedBacklog", MetricUnit.Count, backlog.paused_due)
         add("QueuesPaused", MetricUnit.Count, backlog.queues_paused)
+        self._per_queue(backlog.queues[:self.metric_queues])
         # The seed's named limit: a table that keeps growing, or dead rows vacuum does not
         # keep up with (docs/operations.md, "Running hot").
         add("JobsTableBytes", MetricUnit.Bytes, health.total_bytes)
         add("JobsDeadRows", MetricUnit.Count, health.dead_rows)
+
+    def _per_queue(self, queues: Sequence[QueueBacklog]) -> None:
+        """One EMF document per queue (CloudWatch takes a document's dimension values for all
+        its metrics), so that one busy queue cannot hide another; the longest waits only,
+        so the metrics a stack makes stay bounded."""
+        if not queues:
+            return
+        namespace, service = self.metrics.namespace, self.metrics.service
+        timestamp = int(time.time() * 1000)
+        for queue in queues:
+            print(json.dumps({
+                "_aws": {"Timestamp": timestamp, "CloudWatchMetrics": [{
+                    "Namespace": namespace, "Dimensions": [["service", "queue"]],
+                    "Metrics": [{"Name": "QueueBacklog", "Unit": "Count"},
+                                {"Name": "QueueOldestDueAge", "Unit": "Seconds"}]}]},
+                "service": service, "queue": queue.queue, "paused": queue.paused,
+                "QueueBacklog": queue.due,
+                "QueueOldestDueAge": round(queue.oldest_due_seconds, 3)}), flush=True)
 
     def _add_values(self, name: str, unit: MetricUnit, values: list[float]) -> None:
         """Add a metric's sampled values. The first goes through ``add_metric`` (it checks

@@ -626,6 +626,55 @@ SELECT least(COALESCE(sum(n), 0), :cap::int)::bigint AS due,
        (SELECT count(*) FROM pgdrain_queues WHERE paused_at IS NOT NULL)::int AS queues_paused
 FROM per_priority
 
+-- name: job_backlog_by_queue
+-- The backlog queue by queue, for the drain's metrics: each queue's due jobs (counted up to
+-- :cap), how long its oldest due job has waited, and whether it is paused (its jobs wait on
+-- purpose: the alarms leave them out), as one JSON document with how many queues are paused.
+-- Read through jobs_pending_queue_idx only, as job_backlog reads through the claim's index:
+-- the (queue, priority) pairs of pending jobs are found by skipping through the index (at most
+-- :most_pairs of them, in name order), then each pair's first due run_at and its due jobs are
+-- one index range each. A bounded read whatever the history's or a delayed backlog's size.
+WITH RECURSIVE pairs AS (
+    (SELECT j.queue, j.priority, 1 AS n FROM jobs AS j WHERE j.status = 'pending'
+     ORDER BY j.queue, j.priority LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.priority, p.n + 1
+    FROM pairs AS p
+    CROSS JOIN LATERAL (
+        SELECT j.queue, j.priority FROM jobs AS j
+        WHERE j.status = 'pending' AND (j.queue, j.priority) > (p.queue, p.priority)
+        ORDER BY j.queue, j.priority LIMIT 1) AS next
+    WHERE p.n < :most_pairs::int
+), per_pair AS (
+    SELECT p.queue, first.run_at AS first_run_at, due.n
+    FROM pairs AS p
+    CROSS JOIN LATERAL (
+        SELECT j.run_at FROM jobs AS j
+        WHERE {{job_due(j)}} AND j.queue = p.queue AND j.priority = p.priority
+        ORDER BY j.run_at LIMIT 1) AS first
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM jobs AS j
+            WHERE {{job_due(j)}} AND j.queue = p.queue AND j.priority = p.priority
+            ORDER BY j.run_at
+            LIMIT :cap::int) AS d) AS due
+), per_queue AS (
+    -- A run_at of -infinity (plain SQL allows it) counts from year 1: the age stays a number.
+    SELECT q.queue, least(sum(q.n), :cap::int)::bigint AS due,
+           EXTRACT(EPOCH FROM now() - CASE
+               WHEN min(q.first_run_at) = '-infinity' THEN timestamptz '0001-01-01 00:00:00+00'
+               ELSE min(q.first_run_at) END)::float8 AS oldest_due_seconds,
+           EXISTS (SELECT FROM pgdrain_queues AS c
+                   WHERE c.queue = q.queue AND c.paused_at IS NOT NULL) AS paused
+    FROM per_pair AS q
+    GROUP BY q.queue
+)
+SELECT (SELECT count(*) FROM pgdrain_queues WHERE paused_at IS NOT NULL)::int AS queues_paused,
+       COALESCE((SELECT json_agg(json_build_object(
+                     'queue', queue, 'due', due, 'oldest_due_seconds', oldest_due_seconds,
+                     'paused', paused) ORDER BY oldest_due_seconds DESC, queue)
+                 FROM per_queue), '[]') AS queues
+
 -- name: job_cancel
 -- Cancel jobs by id, one statement: a pending one (due or not) becomes cancelled and never
 -- runs; a running one is asked to stop (cancel_requested_at: its attempt then ends cancelled
