@@ -6,6 +6,7 @@ DatabaseUrl is read without echo and never saved."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from test_template_deploy import PARAMETERS, refusals
@@ -123,3 +124,13 @@ def test_stopping_at_a_question_deploys_nothing(monkeypatch, capsys):
     monkeypatch.setattr(first_deploy.subprocess, "run", lambda *a, **k: ran.append(a))
     assert first_deploy.main(["--sam", "sam", "--stack-name", "s", "--region", "r"]) == 1
     assert not ran and "nothing was created" in capsys.readouterr().err
+
+
+def test_docs_deploy_shows_every_prompt_as_the_code_asks_it():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    shown = [q.prompt for q in (*first_deploy.QUESTIONS["secret"], *first_deploy.NETWORK,
+                                first_deploy.SECURITY_GROUPS, first_deploy.ALARMS)]
+    for prompt in shown:
+        assert f"{prompt}:" in text, prompt
+    for mode, description in first_deploy.MODES.items():
+        assert f"{mode}: {description}" in text
