@@ -89,6 +89,23 @@ sam-check: $(SAM_STAMP) ## sam validate, sam validate --lint and sam build (no D
 	test ! -e .aws-sam/build/PgdrainLayer/python/aws_lambda_powertools
 	test -d .aws-sam/build/PowertoolsLayer/python/aws_lambda_powertools
 
+# checkov scans the template as CloudFormation receives it: SAM's translation (checkov fails on
+# SAM's Globals with intrinsic functions), every skipped check named and justified in
+# .checkov.yaml.
+CHECKOV_VENV ?= .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-checkov-3.3.30
+$(CHECKOV_STAMP):
+	rm -rf $(CHECKOV_VENV)
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip --disable-pip-version-check -q install 'checkov==3.3.30'
+	touch $@
+
+.PHONY: checkov
+checkov: $(STAMP) $(CHECKOV_STAMP) ## checkov on the translated template (skips named in .checkov.yaml)
+	mkdir -p .aws-sam
+	$(BIN)/python -m pgdrain_dev.sam_translate template.yaml > .aws-sam/translated.json
+	$(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml -f .aws-sam/translated.json
+
 # The region is the deployer's choice, never a default: REGION=..., or AWS_REGION /
 # AWS_DEFAULT_REGION from the shell. The first deploy asks how to reach the database, the
 # network and the alarms' e-mail (dev/pgdrain_dev/first_deploy.py; every other parameter keeps
@@ -110,7 +127,7 @@ deploy: deploy-region $(SAM_STAMP) ## build and deploy the stack (REGION=eu-west
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam list stack-outputs --stack-name $(STACK) --region $(DEPLOY_REGION) --output table
 
 clean: ## remove the virtual environments, caches and build output
-	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .hypothesis .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .ruff_cache .hypothesis .aws-sam
 
 .PHONY: openapi
 # docs/openapi.json shows the demo's job types (a deployed stack's document: python -m

@@ -4,14 +4,14 @@ translator has expanded the template."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from pathlib import Path
 
 import pytest
-from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
+
+from pgdrain_dev.sam_translate import translated as sam_translated
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = yaml_parse((ROOT / "template.yaml").read_text())
@@ -20,25 +20,9 @@ FUNCTIONS = {name: r for name, r in TEMPLATE["Resources"].items()
              if r["Type"] == "AWS::Serverless::Function"}
 
 
-class _ManagedPolicies:
-    """SAM asks for the ARNs of AWS managed policies by name; answer without calling IAM."""
-
-    def load(self):
-        names = ("AWSXrayWriteOnlyAccess", "AWSLambdaBasicExecutionRole",
-                 "AWSLambdaVPCAccessExecutionRole")
-        return {name: f"arn:aws:iam::aws:policy/{name}" for name in names}
-
-
 def translated(**parameters: str) -> dict:
     """The template as CloudFormation receives it, as `sam validate` translates it."""
-    template = copy.deepcopy(TEMPLATE)
-    for resource in template["Resources"].values():  # what `sam package` would upload
-        for key in ("CodeUri", "ContentUri"):
-            if key in resource.get("Properties", {}):
-                resource["Properties"][key] = "s3://bucket/key"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AWS_DEFAULT_REGION", "eu-west-1")  # ARNs need one; any will do
-        return transform(template, parameters, _ManagedPolicies())
+    return sam_translated(TEMPLATE, **parameters)
 
 
 def api_events():
