@@ -389,8 +389,10 @@ def backlog(conn: Any, *, cap: int = BACKLOG_CAP) -> Backlog:
                    queues_paused=row["queues_paused"])
 
 
-BACKLOG_PAIRS = 1_000
-"""The (queue, priority) pairs of pending jobs ``backlog_by_queue`` reads at most."""
+BACKLOG_PAIRS = 100
+"""The (queue, priority) pairs of pending jobs ``backlog_by_queue`` reads at most, in name
+order: with the cap, at most a million index entries once per invocation, and that only
+when a hundred pairs each hold 10,000 due jobs."""
 
 
 def backlog_by_queue(conn: Any, *, cap: int = BACKLOG_CAP, most_pairs: int = BACKLOG_PAIRS
