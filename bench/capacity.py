@@ -1,6 +1,6 @@
 """How far one PostgreSQL goes: a small model of drains, handler slots and connections.
 
-    .venv/bin/python bench/capacity.py [--job-ms 200] [--db-us-per-job 100]
+    .venv/bin/python bench/capacity.py [--job-ms 200] [--db-us-per-job 218]
     .venv/bin/python bench/capacity.py --from-sustained sustained.csv
 
 Jobs per second are the least of two limits:
@@ -39,8 +39,9 @@ SCENARIOS = [  # (drains, concurrency, transactional share of the pool in use)
 ]
 
 
-MEASURED_DB_US_PER_JOB = 100
-"""Server CPU a job costs under sustained load, whole life (docs/benchmarks.md)."""
+MEASURED_DB_US_PER_JOB = 218
+"""Server CPU a job costs under sustained load, whole life: the median of the hour at 5,000
+jobs/s in docs/benchmarks.md ("Issue 24, third day"), enqueue included."""
 
 
 def sustained_us_per_job(path: str) -> float:
