@@ -88,6 +88,9 @@ def resource_id(raw: str) -> str:
 def database_url(raw: str) -> str:
     if not raw.startswith(("postgresql://", "postgres://")):
         raise Invalid("a URL that starts with postgresql:// (the value is not shown)")
+    if any(c.isspace() or c in '"\\' for c in raw):
+        raise Invalid("a URL without spaces, quotes or backslashes: percent-encode them in "
+                      "the password (%20, %22, %5C; the value is not shown)")
     return raw
 
 
@@ -194,8 +197,10 @@ def interview(read: Callable[[str], str] | None = None,
 
 
 def _quoted(value: str) -> str:
-    """A parameter override as sam deploy parses it: Key="value" with quotes escaped."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A parameter override as sam deploy parses it: Key="value", a quote inside as \\".
+    SAM unescapes nothing else (a backslash stays as typed), so no answer may hold one before
+    a quote: the checks refuse backslashes and quotes where they could appear (the URL)."""
+    return '"' + value.replace('"', '\\"') + '"'
 
 
 def deploy_command(sam: str, stack_name: str, region: str, parameters: dict[str, str]

@@ -111,8 +111,15 @@ def test_the_deploy_command_saves_answers_unless_one_is_a_secret():
 
 
 def test_an_override_with_quotes_and_spaces_is_quoted_for_sam():
-    [override] = first_deploy.deploy_command("sam", "s", "r", {"K": 'a "b" c\\d'})[7:8]
-    assert override == 'K="a \\"b\\" c\\\\d"'
+    [override] = first_deploy.deploy_command("sam", "s", "r", {"K": 'a "b" c'})[7:8]
+    assert override == 'K="a \\"b\\" c"'
+
+
+@pytest.mark.parametrize("url", ["postgresql://u:p w@h/d", 'postgresql://u:p"w@h/d',
+                                 "postgresql://u:p\\w@h/d"])
+def test_a_url_sam_would_not_read_back_as_typed_is_refused(url):
+    with pytest.raises(first_deploy.Invalid, match="percent-encode"):
+        first_deploy.database_url(url)
 
 
 def test_stopping_at_a_question_deploys_nothing(monkeypatch, capsys):
