@@ -130,9 +130,9 @@ clean: ## remove the virtual environments, caches and build output
 	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .ruff_cache .hypothesis .aws-sam
 
 .PHONY: openapi
-# docs/openapi.json shows the demo's job types (a deployed stack's document: python -m
-# pgdrain.http.openapi --jobs <its PGDRAIN_JOBS>).
-OPENAPI_JOBS := pgdrain_dev.demo_jobs.examples,pgdrain_jobs.webhook
+# docs/openapi.json shows the example job (echo) and the demo's job types (a deployed stack's
+# document: python -m pgdrain.http.openapi --jobs <its PGDRAIN_JOBS>).
+OPENAPI_JOBS := jobs,pgdrain_dev.demo_jobs.examples,pgdrain_jobs.webhook
 openapi: $(STAMP) ## write docs/openapi.json (the enqueue API) from the code
 	$(BIN)/python -m pgdrain.http.openapi --jobs $(OPENAPI_JOBS) --output docs/openapi.json
 

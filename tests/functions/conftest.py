@@ -22,9 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def function_env(database_url, monkeypatch):
     """The environment a deployed function would have, pointed at this test's database."""
-    # The shipped job modules (the event files use their types) and the tests' own.
+    # The example (jobs: echo), the demo's stand-ins and the webhook (the event files use
+    # their types), and the tests' own.
     env = {"DATABASE_URL": database_url,
-           "PGDRAIN_JOBS": "pgdrain_dev.demo_jobs.examples,pgdrain_jobs.webhook,tests.support.jobs",
+           "PGDRAIN_JOBS": ("jobs,pgdrain_dev.demo_jobs.examples,pgdrain_jobs.webhook,"
+                            "tests.support.jobs"),
            "POWERTOOLS_SERVICE_NAME": "pgdrain-test",
            "POWERTOOLS_METRICS_NAMESPACE": "pgdrain-test",
            "PGDRAIN_BACKOFF_JITTER": "0",

@@ -46,7 +46,7 @@ def test_single_job_event(app, sql):
     [row] = sql("SELECT id, job_type, payload, status FROM jobs")
     assert body == {"ids": [row["id"]]}
     assert (row["job_type"], row["payload"], row["status"]) == (
-        "send-email", {"to": "sarah@example.com"}, "pending")
+        "echo", {"to": "sarah@example.com"}, "pending")
 
 
 def test_batch_event_is_inserted_in_order_with_its_options(load_function, sql):

@@ -239,7 +239,7 @@ def test_enqueue_function_answers_201_and_inserts_the_job(database_url, sql, tmp
     assert response["statusCode"] == 201
     ids = json.loads(response["body"])["ids"]
     rows = sql("SELECT id, job_type, payload, status FROM jobs")
-    assert rows == [{"id": ids[0], "job_type": "send-email",
+    assert rows == [{"id": ids[0], "job_type": "echo",
                      "payload": {"to": "sarah@example.com"}, "status": "pending"}]
 
 
