@@ -13,5 +13,5 @@ import pgdrain
 
 
 @pgdrain.job("echo", timeout=5)
-def echo(job: pgdrain.Job) -> dict[str, Any]:
-    return dict(job.payload)
+def echo(job: pgdrain.Job) -> Any:
+    return job.payload  # whatever JSON it was given: an object, a list, a string
