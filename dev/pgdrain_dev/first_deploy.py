@@ -47,18 +47,13 @@ class Invalid(ValueError):
     asked again."""
 
 
-def secret_arn(raw: str) -> str:
-    if not SECRET_ARN.match(raw):
-        raise Invalid("a Secrets Manager secret ARN looks like "
-                      "arn:aws:secretsmanager:eu-west-1:123456789012:secret:name-AbCdEf")
-    return raw
-
-
-def kms_key_arn(raw: str) -> str:
-    if not KMS_KEY_ARN.match(raw):
-        raise Invalid("a KMS key ARN looks like "
-                      "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-...")
-    return raw
+def matching(pattern: re.Pattern[str], looks_like: str) -> Callable[[str], str]:
+    """An answer that must match ``pattern``; refused with what it should look like."""
+    def check(raw: str) -> str:
+        if not pattern.match(raw):
+            raise Invalid(looks_like)
+        return raw
+    return check
 
 
 def optional(check: Callable[[str], str]) -> Callable[[str], str]:
@@ -66,23 +61,15 @@ def optional(check: Callable[[str], str]) -> Callable[[str], str]:
     return lambda raw: check(raw) if raw else ""
 
 
-def host(raw: str) -> str:
-    if not HOST.match(raw):
-        raise Invalid("a host name, like mydb.abc123.eu-west-1.rds.amazonaws.com")
-    return raw
-
-
-def name(raw: str) -> str:
-    if not NAME.match(raw):
-        raise Invalid("a PostgreSQL name: a letter or _, then letters, digits, _, $ or -")
-    return raw
-
-
-def resource_id(raw: str) -> str:
-    if not RESOURCE_ID.match(raw):
-        raise Invalid("the DB instance's or cluster's resource id: db-..., cluster-... "
-                      "(or an RDS Proxy's prx-...), not its name")
-    return raw
+secret_arn = matching(SECRET_ARN, "a Secrets Manager secret ARN looks like "
+                      "arn:aws:secretsmanager:eu-west-1:123456789012:secret:name-AbCdEf")
+kms_key_arn = matching(KMS_KEY_ARN, "a KMS key ARN looks like "
+                       "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-...")
+host = matching(HOST, "a host name, like mydb.abc123.eu-west-1.rds.amazonaws.com")
+name = matching(NAME, "a PostgreSQL name: a letter or _, then letters, digits, _, $ or -")
+resource_id = matching(RESOURCE_ID, "the DB instance's or cluster's resource id: db-..., "
+                       "cluster-... (or an RDS Proxy's prx-...), not its name")
+email = matching(EMAIL, "an e-mail address, like ops@example.com")
 
 
 def database_url(raw: str) -> str:
@@ -102,11 +89,6 @@ def id_list(pattern: re.Pattern[str], example: str) -> Callable[[str], str]:
         return ",".join(items)
     return check
 
-
-def email(raw: str) -> str:
-    if not EMAIL.match(raw):
-        raise Invalid("an e-mail address, like ops@example.com")
-    return raw
 
 
 @dataclass(frozen=True)

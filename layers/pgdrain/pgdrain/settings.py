@@ -50,6 +50,7 @@ DEFAULT_MAX_BATCH = 500
 DEFAULT_DOORBELL_WINDOW_SECONDS = 1.0
 DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10.0
 DEFAULT_JOB_MODULES = "jobs"
+DEFAULT_METRIC_QUEUES = 10
 
 
 # --- parsers: a raw (stripped, non-empty) value in, the value out, or ValueError saying why ---
@@ -256,7 +257,7 @@ SETTINGS: tuple[Setting, ...] = (
        "The functions' `service` in logs and metrics (the stack's name in AWS)", "aws"),
     _s("POWERTOOLS_METRICS_NAMESPACE", text, "pgdrain", "The functions' metrics namespace",
        "aws"),
-    _s("PGDRAIN_METRIC_QUEUES", integer(0), 10,
+    _s("PGDRAIN_METRIC_QUEUES", integer(0), DEFAULT_METRIC_QUEUES,
        "Queues with per-queue metrics (QueueBacklog, QueueOldestDueAge, dimensions service and "
        "queue), the longest waits first; each queue is a custom metric: 0 turns them off",
        "aws"),

@@ -17,6 +17,7 @@ from ..db import Connector
 from ..drain import DrainSummary
 from ..errors import DatabaseUnavailable, Discard
 from ..models import Job, QueueBacklog
+from ..settings import DEFAULT_METRIC_QUEUES
 
 _OUTCOME_METRICS = {"done": "JobsDone", "retried": "JobsRetried",
                     "released": "JobsReleased", "snoozed": "JobsSnoozed",
@@ -34,7 +35,8 @@ class DrainObserver:
 
     SAMPLE_SIZE = 100
 
-    def __init__(self, logger: Logger, metrics: Metrics, metric_queues: int = 10) -> None:
+    def __init__(self, logger: Logger, metrics: Metrics,
+                 metric_queues: int = DEFAULT_METRIC_QUEUES) -> None:
         self.logger = logger
         self.metrics = metrics
         self.metric_queues = metric_queues
