@@ -298,19 +298,39 @@ def test_a_database_error_prints_the_servers_message_only(empty_database_url):
 
 
 def test_a_failed_migration_says_why_in_one_line(empty_database_url):
-    # A table of the application's own in the way: the server's message and SQLSTATE, not
-    # pg8000's whole error record.
+    # An index of the application's own in the way of one of pgdrain's: the server's message
+    # and SQLSTATE, not pg8000's whole error record.
     conn = connect(empty_database_url)
     try:
-        conn.run("CREATE TABLE jobs (id int)")
+        conn.run("CREATE TABLE app_things (id int)")
+        conn.run("CREATE INDEX jobs_pending_idx ON app_things (id)")
     finally:
         conn.close()
     result = pgdrain_cli(empty_database_url, "migrate")
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("pgdrain migrate: migration 0001_create_jobs failed: relation "
-                           '"jobs" already exists (SQLSTATE 42P07)'), last
+                           '"jobs_pending_idx" already exists (SQLSTATE 42P07)'), last
     assert "{" not in last and "'S'" not in last
+
+
+def test_migrating_over_the_apps_own_jobs_table_is_refused_before_anything_is_created(
+        empty_database_url):
+    conn = connect(empty_database_url)
+    try:
+        conn.run("CREATE TABLE jobs (id int, note text)")
+        result = pgdrain_cli(empty_database_url, "migrate")
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines()[-1] == (
+            "pgdrain migrate: schema public already has jobs, not created by pgdrain (there is "
+            "no pgdrain_migrations beside it); nothing was created. Give pgdrain a schema of "
+            "its own: set PGDRAIN_SCHEMA=pgdrain (the same for the functions, the CLI and your "
+            "app's enqueues) and migrate again")
+        assert conn.run("SELECT c.relname FROM pg_class c JOIN pg_namespace n "
+                        "ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
+                        "AND c.relkind = 'r'") == [["jobs"]]
+    finally:
+        conn.close()
 
 
 def test_the_library_refuses_an_id_no_job_can_have(conn):

@@ -64,13 +64,7 @@ def test_the_jobs_table_leaves_room_on_each_page_for_its_rows_updates(sql):
 def test_a_database_at_an_earlier_version_gets_only_the_later_migrations(empty_database_url):
     conn = connect(empty_database_url)
     try:
-        first_two = [m for m in migrations() if m[0] <= 2]
-        conn.run("CREATE TABLE pgdrain_migrations (version int PRIMARY KEY, name text NOT NULL, "
-                 "applied_at timestamptz NOT NULL DEFAULT now())")
-        for version, name, sql in first_two:
-            conn.run(sql)
-            conn.run("INSERT INTO pgdrain_migrations (version, name) VALUES (:v, :n)",
-                     v=version, n=name)
+        assert migrate(conn, to_version=2) == ["0001_create_jobs", "0002_start_records"]
         later = [f"{v:04d}_{n}" for v, n, _ in migrations() if v > 2]
         assert later and migrate(conn) == later
         assert conn.run("SELECT count(*) FROM pg_indexes WHERE indexname = 'jobs_alone_idx'") \
@@ -86,12 +80,7 @@ def test_an_upgrade_grants_the_new_tables_to_the_roles_that_used_jobs(empty_data
     role = f"pgdrain_upgrade_{uuid.uuid4().hex[:8]}"
     conn = connect(empty_database_url)
     try:
-        conn.run("CREATE TABLE pgdrain_migrations (version int PRIMARY KEY, name text NOT NULL, "
-                 "applied_at timestamptz NOT NULL DEFAULT now())")
-        for version, name, sql in (m for m in migrations() if m[0] <= 7):
-            conn.run(sql)
-            conn.run("INSERT INTO pgdrain_migrations (version, name) VALUES (:v, :n)",
-                     v=version, n=name)
+        migrate(conn, to_version=7)
         conn.run(f"CREATE ROLE {role}")
         conn.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON jobs TO {role}")
         migrate(conn)
@@ -121,12 +110,7 @@ def test_an_upgrade_grants_the_doorbell_sequence_to_the_roles_that_used_its_tabl
     ringer, other = (f"pgdrain_upgrade_{uuid.uuid4().hex[:8]}" for _ in range(2))
     conn = connect(empty_database_url)
     try:
-        conn.run("CREATE TABLE pgdrain_migrations (version int PRIMARY KEY, name text NOT NULL, "
-                 "applied_at timestamptz NOT NULL DEFAULT now())")
-        for version, name, sql in (m for m in migrations() if m[0] <= 13):
-            conn.run(sql)
-            conn.run("INSERT INTO pgdrain_migrations (version, name) VALUES (:v, :n)",
-                     v=version, n=name)
+        migrate(conn, to_version=13)
         for role in (ringer, other):
             conn.run(f"CREATE ROLE {role}")
             conn.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON jobs TO {role}")

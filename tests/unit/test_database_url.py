@@ -63,6 +63,9 @@ def test_verifying_modes_build_a_verifying_context(mode, check_hostname):
         ("postgresql://u:pw/x@h:5432/db", "port is not a number"),
         ("postgresql://u:pw@h/db?sslmode=sometimes", "sslmode must be one of"),
         ("postgresql://u:pw@h/db?target_session_attrs=any", "unsupported parameters"),
+        ("postgresql://u:pw@h/db?options=-csearch_path%3Dq",
+         r"unsupported parameters: options \(to put pgdrain's tables in a schema of their own, "
+         r"set PGDRAIN_SCHEMA\)"),
         ("postgresql://u:pw@h/db?connect_timeout=soon", "connect_timeout must be a number"),
     ],
 )

@@ -6,7 +6,13 @@ import pytest
 
 from pgdrain.errors import ConfigError
 from pgdrain.policy import Backoff
-from pgdrain.settings import CREDENTIAL_SETTINGS, FUNCTION_SETTINGS, SETTINGS, Settings
+from pgdrain.settings import (
+    CREDENTIAL_SETTINGS,
+    FUNCTION_SETTINGS,
+    SCHEMA_SETTINGS,
+    SETTINGS,
+    Settings,
+)
 
 
 def test_defaults():
@@ -60,7 +66,7 @@ def test_every_variable_is_read():
     )
     # SETTINGS documents exactly what from_env reads (the README table is checked against it).
     # (The credential variables are read by pgdrain.aws.credentials; see test_credentials.py.)
-    read_elsewhere = set(CREDENTIAL_SETTINGS) | set(FUNCTION_SETTINGS)
+    read_elsewhere = set(CREDENTIAL_SETTINGS) | set(FUNCTION_SETTINGS) | set(SCHEMA_SETTINGS)
     assert {s.name for s in SETTINGS} - read_elsewhere == set(env)
 
 

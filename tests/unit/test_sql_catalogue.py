@@ -74,8 +74,11 @@ def test_no_statement_leaves_session_state_behind():
     # slot (PGDRAIN_MAX_DRAINS), a session-level advisory lock held for the whole drain and
     # released by it, or by the server when the connection dies. Behind RDS Proxy that pins
     # the drain's connection, which a drain uses without pause anyway (docs/operations.md);
-    # while it holds one, an idle bound (idle_session_timeout) that giving it back lifts.
+    # while it holds one, an idle bound (idle_session_timeout) that giving it back lifts. And
+    # `pgdrain migrate`'s lock, held across an online migration's transactions by the CLI
+    # or the deploy's custom resource, never by a function's pooled connection.
     assert offenders == {"connection_bound": "set_config",
+                         "migration_lock": "pg_advisory_lock",
                          "drain_slot_take": "set_config",
                          "drain_slot_give_back": "set_config"}
     assert "pg_try_advisory_lock" in QUERIES["drain_slot_take"]

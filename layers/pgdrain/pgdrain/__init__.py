@@ -11,6 +11,7 @@ The core (this package) needs pg8000 only. ``pgdrain.http`` holds the enqueue AP
 
 from __future__ import annotations
 
+from . import sql as _sql
 from .control import pause, paused_queues, resume, set_queue
 from .enqueue import enqueue, enqueue_atomically, enqueue_many, new_job
 from .errors import (
@@ -47,6 +48,7 @@ from .policy import Backoff, TypePolicy
 from .registry import REGISTRY, Handler, Registry, Schedule, job, load_job_modules
 from .scheduler import schedule
 from .settings import Settings
+from .settings import read as _read_setting
 from .store import (
     backlog,
     claim,
@@ -59,6 +61,13 @@ from .store import (
     stats,
 )
 from .version import VERSION as __version__
+
+# Before any statement runs: every statement names pgdrain's objects in PGDRAIN_SCHEMA's
+# schema, when one is set. (Here, not in pgdrain.sql, which reads no settings.)
+try:
+    _sql.use_schema(_read_setting("PGDRAIN_SCHEMA"))
+except ConfigError as _refused:
+    _sql.refuse_statements(_refused)
 
 
 def __getattr__(name: str) -> object:

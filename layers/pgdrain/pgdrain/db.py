@@ -83,7 +83,11 @@ def parse_database_url(url: str) -> ConnectParams:
              "user", "password", "dbname"}
     unknown = sorted(set(query) - known)
     if unknown:
-        raise ConfigError(f"DATABASE_URL has unsupported parameters: {', '.join(unknown)}")
+        # options= is where libpq takes a search_path: pgdrain names its schema itself.
+        hint = (" (to put pgdrain's tables in a schema of their own, set PGDRAIN_SCHEMA)"
+                if "options" in unknown else "")
+        raise ConfigError(
+            f"DATABASE_URL has unsupported parameters: {', '.join(unknown)}{hint}")
 
     host = query.get("host") or (unquote(parts.hostname) if parts.hostname else None)
     port = port_in_netloc or 5432
@@ -359,7 +363,7 @@ class Session:
         elif params:
             # Connection.run() converts the :name parameters of the text on every call,
             # which took a third of an enqueue; convert each catalogue statement once.
-            statement, make_vals = _converted(query)
+            statement, make_vals = _converted(QUERIES[query])
             context = self.conn.execute_unnamed(statement, make_vals(params), oids=())
             result, columns = context.rows, context.columns
         else:
@@ -411,10 +415,10 @@ class Session:
 
 
 @functools.cache
-def _converted(query: str) -> tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]:
+def _converted(sql: str) -> tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]:
     """A catalogue statement with $n placeholders, and the function ordering its values."""
     converted: tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]] = \
-        pg8000.native.to_statement(QUERIES[query])
+        pg8000.native.to_statement(sql)
     return converted
 
 

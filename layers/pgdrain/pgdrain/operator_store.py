@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .db import UNIQUE_VIOLATION, Session, as_session, sqlstate
+from .sql import schema_in_use
 from .store import job_id
 
 
@@ -133,8 +134,9 @@ def grants_needed(conn: Any, role: str, part: str = "app") -> list[str]:
     """The GRANT statements ``role`` needs to run ``part`` (grants_needed), its name quoted."""
     if part not in GRANT_PARTS:
         raise ValueError(f"grants are for one of {', '.join(GRANT_PARTS)}, not {part!r}")
+    in_schema = schema_in_use() is not None
     return [r["statement"] for r in as_session(conn).rows("grants_needed", role=role,
-                                                          part=part)]
+                                                          part=part, in_schema=in_schema)]
 
 
 def grant(conn: Any, statements: Sequence[str]) -> None:

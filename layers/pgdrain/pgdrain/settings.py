@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +101,22 @@ def text(raw: str) -> str:
     return raw
 
 
+# Lowercase, unquoted-identifier characters only: a name that means the same quoted or not,
+# in a URL, an environment variable and a CloudFormation parameter alike.
+SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def schema_name(raw: str) -> str:
+    """A schema name pgdrain accepts (SCHEMA_NAME), or ValueError saying why."""
+    if not SCHEMA_NAME.fullmatch(raw):
+        raise ValueError(
+            "must be a lowercase name of letters, digits and _ (not starting with a digit, "
+            f"at most 63), got {raw!r}")
+    if raw.startswith("pg_"):
+        raise ValueError(f"must not start with pg_ (reserved for PostgreSQL), got {raw!r}")
+    return raw
+
+
 def names(raw: str) -> tuple[str, ...]:
     """A comma-separated list; blank items are dropped."""
     return tuple(item.strip() for item in raw.split(",") if item.strip())
@@ -171,6 +188,11 @@ SETTINGS: tuple[Setting, ...] = (
     _s("PGPASSFILE", text, None,
        "Where DATABASE_URL has no password and PGPASSWORD is unset: libpq's password file "
        "(host:port:database:user:password lines, mode 0600)", "database", "~/.pgpass"),
+    _s("PGDRAIN_SCHEMA", schema_name, None,
+       "Schema of pgdrain's tables and functions (e.g. pgdrain, when the app has its own "
+       "`jobs`): migrate creates it, every statement names it, whatever the connection's "
+       "search_path. Set the same everywhere: functions, CLI and app", "database",
+       "(unset: the connection's search_path, usually public)"),
     _s("PGDRAIN_SECRET_MAX_AGE_SECONDS", integer(0), DEFAULT_SECRET_MAX_AGE_SECONDS,
        "How long a fetched DB_SECRET_ARN secret is reused; a rejected password refetches it "
        "at once", "database"),
@@ -293,8 +315,11 @@ SETTINGS: tuple[Setting, ...] = (
        "(AWS's)"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
+SCHEMA_SETTINGS: tuple[str, ...] = ("PGDRAIN_SCHEMA",)
+"""Read once, by the statement catalogue (pgdrain.sql), when it loads."""
 CREDENTIAL_SETTINGS: tuple[str, ...] = tuple(
-    s.name for s in SETTINGS if s.group == "database" and s.name != "DATABASE_URL")
+    s.name for s in SETTINGS
+    if s.group == "database" and s.name not in ("DATABASE_URL", *SCHEMA_SETTINGS))
 FUNCTION_SETTINGS: tuple[str, ...] = tuple(
     s.name for s in SETTINGS if s.group in ("http", "doorbell", "webhook", "aws"))
 

@@ -11,6 +11,7 @@ database that accepts TCP and never answers costs that long, then FAILED). The t
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from typing import Any
 
@@ -70,9 +71,13 @@ def handle(event: dict[str, Any], context: Any, logger: Logger) -> dict[str, Any
     status, reason, data = "SUCCESS", "nothing to do on delete", {"Applied": ""}
     if kind in ("Create", "Update"):
         try:
-            conn = _connect(_seconds_for_work(context))
+            seconds = _seconds_for_work(context)
+            deadline = time.monotonic() + seconds
+            conn = _connect(seconds)
             try:
-                applied = migrate(conn)
+                # An online step of a big table's upgrade may take most of the time left; a
+                # step cut short is resumed by the next update (or `pgdrain migrate`).
+                applied = migrate(conn, deadline=deadline)
             finally:
                 conn.close()
             reason = f"applied {', '.join(applied)}" if applied else "schema is up to date"

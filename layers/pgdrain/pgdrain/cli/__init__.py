@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     migrate = command("migrate", "create or upgrade the schema (idempotent)")
     migrate.add_argument("--status", action="store_true",
                          help="only list the migrations: applied (when) or still to apply")
+    migrate.add_argument("--timeout", type=float, default=3600, metavar="SECONDS",
+                         help="most time an upgrade of a big table may take, building its "
+                              "indexes online (default 3600); a run cut short resumes")
     command("stats", "per queue and job type: due, scheduled, running, failed, the oldest due "
                      "job's wait, done in the last minute and hour; drains running")
     listing = command("list", "the newest jobs, filtered")

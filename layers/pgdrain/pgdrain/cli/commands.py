@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
@@ -50,7 +51,7 @@ def migrate(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
             print(f"\n{len(pending)} to apply: run `pgdrain migrate`" if pending else
                   "\nschema is up to date", file=out)
         return 0
-    applied = apply(conn)
+    applied = apply(conn, deadline=time.monotonic() + args.timeout)
     if args.json:
         print(output.to_json({"applied": applied}), file=out)
     else:

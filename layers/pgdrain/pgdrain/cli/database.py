@@ -39,7 +39,7 @@ class Target:
 
     conn: Any
     where: str
-    """``user@host:port/database (how it was configured)``: no password."""
+    """``user@host:port/database (how it was configured[, schema S])``: no password."""
 
 
 def open_connection(env: Mapping[str, str] | None = None, *, demo: bool = False) -> Target:
@@ -71,7 +71,11 @@ def open_connection(env: Mapping[str, str] | None = None, *, demo: bool = False)
         sock.settimeout(WAIT_SECONDS)
     db.as_session(conn).one("connection_bound", statement_ms=STATEMENT_MS,
                             lock_ms=LOCK_WAIT_MS, idle_ms=LOCK_WAIT_MS)
-    return Target(conn, f"{params.user}@{params.where} ({how})")
+    from ..sql import schema_in_use
+
+    schema = schema_in_use()
+    inside = f", schema {schema} (PGDRAIN_SCHEMA)" if schema else ""
+    return Target(conn, f"{params.user}@{params.where} ({how}{inside})")
 
 
 def _configured_by(env: Mapping[str, str]) -> str:

@@ -13,8 +13,10 @@ server sees is still plain SQL, planned whole.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from importlib import resources
-from types import MappingProxyType
+
+from .schema import objects_created, qualify
 
 _ENTRY_LINE = re.compile(
     r"^-- (name|fragment): ([a-z][a-z0-9_]*)(?:\(([a-z_, ]*)\))?\s*$", re.MULTILINE)
@@ -98,12 +100,65 @@ def parse_catalogue(text: str) -> dict[str, str]:
     return expanded
 
 
-def _load() -> MappingProxyType[str, str]:
+def _load() -> dict[str, str]:
     text = resources.files(__name__).joinpath("queries.sql").read_text(encoding="utf-8")
-    return MappingProxyType(parse_catalogue(text))
+    return parse_catalogue(text)
 
 
-QUERIES = _load()
+class _Catalogue(Mapping[str, str]):
+    """The statements written for the schema in use; or, when the schema setting was refused,
+    that refusal, raised by the first statement anything runs (not by ``import pgdrain``, so
+    that the CLI and the functions report it as they report any bad setting)."""
+
+    def __init__(self) -> None:
+        self.statements: dict[str, str] = {}
+        self.refused: Exception | None = None
+
+    def __getitem__(self, name: str) -> str:
+        if self.refused is not None:
+            raise self.refused
+        return self.statements[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.statements)
+
+    def __len__(self) -> int:
+        return len(self.statements)
+
+
+_PLAIN = _load()
+_CATALOGUE = _Catalogue()
+QUERIES: Mapping[str, str] = _CATALOGUE
+"""Every statement by name, written for the schema in use (``use_schema``)."""
+_schema: str | None = None
+
+
+def schema_in_use() -> str | None:
+    """The schema pgdrain's objects are named in (PGDRAIN_SCHEMA), or None: the connection's
+    ``search_path`` finds them."""
+    return _schema
+
+
+def use_schema(name: str | None) -> None:
+    """Name pgdrain's objects in schema ``name`` in every statement and migration from now on
+    (None: bare, found by ``search_path``). ``import pgdrain`` sets it from PGDRAIN_SCHEMA; a
+    process that sets it itself does so before its first statement (a connection's prepared
+    statements keep the text they were prepared with)."""
+    global _schema
+    if name is None:
+        rendered = dict(_PLAIN)
+    else:
+        created = objects()
+        rendered = {key: qualify(sql, name, created) for key, sql in _PLAIN.items()}
+    _CATALOGUE.statements = rendered
+    _CATALOGUE.refused = None
+    _schema = name
+
+
+def refuse_statements(error: Exception) -> None:
+    """Make every statement and migration raise ``error`` (a refused schema setting)."""
+    _CATALOGUE.refused = error
+
 
 # `:name` parameters, but not the `::type` casts beside them.
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -121,7 +176,22 @@ def to_format(sql: str) -> tuple[str, list[str]]:
 
 
 def migrations() -> list[tuple[int, str, str]]:
-    """``(version, name, sql)`` for every migration file, in version order."""
+    """``(version, name, sql)`` for every migration file, in version order, written for the
+    schema in use."""
+    if _CATALOGUE.refused is not None:
+        raise _CATALOGUE.refused
+    if _schema is None:
+        return _migration_files()
+    created = objects()
+    return [(v, n, qualify(sql, _schema, created)) for v, n, sql in _migration_files()]
+
+
+def objects() -> frozenset[str]:
+    """What pgdrain creates: the migrations' objects and the migration record's table."""
+    return objects_created([*(sql for _, _, sql in _migration_files()), *_PLAIN.values()])
+
+
+def _migration_files() -> list[tuple[int, str, str]]:
     found = []
     for entry in resources.files(__name__).joinpath("migrations").iterdir():
         match = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
@@ -132,3 +202,6 @@ def migrations() -> list[tuple[int, str, str]]:
     if len(set(versions)) != len(versions):
         raise CatalogueError("two migrations share a version number")
     return found
+
+
+use_schema(None)

@@ -474,9 +474,13 @@ WHERE (t.rate_limit, t.rate_period) IS DISTINCT FROM (EXCLUDED.rate_limit, EXCLU
 -- The privileges a role needs to run the functions (docs/database-roles.md, `pgdrain
 -- grants`): for both functions on one role ('app'), or one function's ('enqueue', 'drain').
 -- The one list every document and test takes them from; the role name is quoted here (%I),
--- so any name is safe to paste. The statements run as the tables' owner (the migrator).
+-- so any name is safe to paste. The statements run as the tables' owner (the migrator). With
+-- PGDRAIN_SCHEMA (:in_schema), the schema's USAGE first: without it no table in it is reached.
 SELECT format('GRANT %s ON %s TO %I;', g.privileges, g.objects, :role::text) AS statement
 FROM (VALUES
+    (0, 'app', 'USAGE', 'SCHEMA ' || quote_ident(current_schema())),
+    (0, 'enqueue', 'USAGE', 'SCHEMA ' || quote_ident(current_schema())),
+    (0, 'drain', 'USAGE', 'SCHEMA ' || quote_ident(current_schema())),
     (1, 'app', 'SELECT, INSERT, UPDATE, DELETE', 'jobs'),
     (2, 'app', 'SELECT, UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'app', 'SELECT, INSERT, UPDATE', 'pgdrain_queues, pgdrain_schedules, pgdrain_type_rates'),
@@ -496,7 +500,7 @@ FROM (VALUES
     (7, 'drain', 'SELECT, INSERT, UPDATE, DELETE',
      'pgdrain_done_counts, pgdrain_schedule_declarations')
 ) AS g(position, part, privileges, objects)
-WHERE g.part = :part
+WHERE g.part = :part AND (g.position > 0 OR :in_schema::boolean)
 ORDER BY g.position
 
 -- name: hooks_declare
@@ -1675,17 +1679,54 @@ CREATE TABLE IF NOT EXISTS pgdrain_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 )
 
+-- name: migration_index_valid
+-- Whether an index an online migration builds exists, and is whole: a CREATE INDEX
+-- CONCURRENTLY that failed or was cut short leaves it invalid, to be dropped and built again.
+SELECT i.indisvalid AS valid
+FROM pg_index AS i
+WHERE i.indexrelid = to_regclass(:index_name::text)
+
+-- name: migration_jobs_exist
+-- Whether the jobs table is there yet (not on a first run).
+SELECT to_regclass('jobs') IS NOT NULL AS present
+
+-- name: migration_jobs_rows
+-- How many jobs there are, counted up to :limit: the migrations build indexes and check
+-- constraints online from that many (migration_steps). Read only when the table exists.
+SELECT count(*)::bigint AS rows FROM (SELECT FROM jobs LIMIT :limit::bigint) AS j
+
 -- name: migration_lock
--- Serialise concurrent `pgdrain migrate` runs for the rest of the transaction.
-SELECT pg_advisory_xact_lock(:lock_key::bigint)
+-- Serialise concurrent `pgdrain migrate` runs until migration_unlock: held across
+-- transactions, since an online migration's steps run outside any. (A version before this
+-- took the same key for a transaction: the two exclude each other.)
+SELECT pg_advisory_lock(:lock_key::bigint)
 
 -- name: migration_record
 -- Record one applied migration.
 INSERT INTO pgdrain_migrations (version, name) VALUES (:version::int, :name::text)
 
+-- name: migration_strangers
+-- pgdrain's objects that already stand where the first migration would create them, not made
+-- by pgdrain (no pgdrain_migrations beside them): the app's own `jobs`, say. Named to refuse
+-- the migration before anything is created. current_schema() is where CREATE puts them (the
+-- PGDRAIN_SCHEMA when one is set), and NULL when the search_path names no schema that exists.
+SELECT current_schema() AS schema,
+       ARRAY(SELECT c.relname::text FROM pg_class AS c
+             JOIN pg_namespace AS n ON n.oid = c.relnamespace
+             WHERE n.nspname = current_schema() AND c.relname = ANY(:names::text[])
+             UNION
+             SELECT p.proname::text FROM pg_proc AS p
+             JOIN pg_namespace AS n ON n.oid = p.pronamespace
+             WHERE n.nspname = current_schema() AND p.proname = ANY(:names::text[])
+             ORDER BY 1) AS found
+
 -- name: migration_table_exists
 -- Whether the record of applied migrations exists yet.
 SELECT to_regclass('pgdrain_migrations') IS NOT NULL AS present
+
+-- name: migration_unlock
+-- Let the next `pgdrain migrate` run (migration_lock).
+SELECT pg_advisory_unlock(:lock_key::bigint)
 
 -- name: queue_known
 -- Whether :queue is a queue: one set before (pgdrain_queues) or one a job names. A queue no job

@@ -3,12 +3,15 @@
 --   UPDATE jobs SET status = 'cancelled', finished_at = now() WHERE id = ... AND status = 'pending';
 -- the claim takes only pending jobs), or one running when asked to stop, whose attempt then
 -- ends cancelled rather than retried (cancel_requested_at). Checking the constraint reads the
--- table once under a lock that holds writes back: seconds on a table of millions.
-ALTER TABLE jobs DROP CONSTRAINT jobs_status_check;
-ALTER TABLE jobs ADD CONSTRAINT jobs_status_check
-    CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled'));
-ALTER TABLE jobs ADD COLUMN cancel_requested_at timestamptz;
+-- whole table: NOT VALID, then VALIDATE, so that the CHECK is added at once and the rows are
+-- checked while writes go on (the validation takes no lock that holds them back).
+ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_status_check,
+    ADD CONSTRAINT jobs_status_check
+    CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled')) NOT VALID;
+ALTER TABLE jobs VALIDATE CONSTRAINT jobs_status_check;
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz;
 
 -- Cancelled jobs by when they ended: what the janitor's retention purge and `pgdrain purge`
 -- read.
-CREATE INDEX jobs_cancelled_finished_idx ON jobs (finished_at) WHERE status = 'cancelled';
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_cancelled_finished_idx ON jobs (finished_at)
+    WHERE status = 'cancelled';

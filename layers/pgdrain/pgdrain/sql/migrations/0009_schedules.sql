@@ -22,7 +22,7 @@ BEGIN
         WHERE g.table_schema = current_schema() AND g.table_name = 'jobs'
           AND g.privilege_type = 'UPDATE' AND g.grantee <> current_user
     LOOP
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE ON %I TO %s', 'pgdrain_schedules',
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE ON %s TO %s', 'pgdrain_schedules',
                        CASE WHEN grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(grantee) END);
     END LOOP;
 END

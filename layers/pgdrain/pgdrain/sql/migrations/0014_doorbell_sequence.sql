@@ -38,7 +38,7 @@ BEGIN
         WHERE g.table_schema = current_schema() AND g.table_name = 'pgdrain_doorbell'
           AND g.privilege_type = 'UPDATE' AND g.grantee <> current_user
     LOOP
-        EXECUTE format('GRANT SELECT, UPDATE ON SEQUENCE %I TO %s', 'pgdrain_doorbell_ring',
+        EXECUTE format('GRANT SELECT, UPDATE ON SEQUENCE %s TO %s', 'pgdrain_doorbell_ring',
                        CASE WHEN grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(grantee) END);
     END LOOP;
 END

@@ -22,7 +22,7 @@ BEGIN
         WHERE g.table_schema = current_schema() AND g.table_name = 'jobs'
           AND g.privilege_type = 'UPDATE' AND g.grantee <> current_user
     LOOP
-        EXECUTE format('GRANT SELECT, INSERT ON %I TO %s', 'pgdrain_hooked_types',
+        EXECUTE format('GRANT SELECT, INSERT ON %s TO %s', 'pgdrain_hooked_types',
                        CASE WHEN grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(grantee) END);
     END LOOP;
 END

@@ -7,7 +7,8 @@
 -- docs/benchmarks.md for what that costs an enqueue). Building them reads the whole table
 -- once, under a lock that holds writes back: seconds on a table of millions; run the
 -- migration when a short pause in enqueues is fine.
-CREATE INDEX jobs_pending_queue_idx ON jobs (queue, priority, run_at, id)
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_pending_queue_idx ON jobs (queue, priority, run_at, id)
     WHERE status = 'pending';
-CREATE INDEX jobs_pending_type_idx ON jobs (job_type, priority, run_at, id)
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_pending_type_idx
+    ON jobs (job_type, priority, run_at, id)
     WHERE status = 'pending';

@@ -4,5 +4,5 @@
 -- find one running: 20 row reads a claimed job with 20 jobs a key, a key's whole backlog with
 -- more. Only keyed jobs while they run, so a small index; building it reads the table once,
 -- under a lock that holds writes back (seconds on a table of millions).
-CREATE INDEX jobs_ordering_key_running_idx ON jobs (ordering_key)
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_ordering_key_running_idx ON jobs (ordering_key)
     WHERE status = 'running' AND ordering_key IS NOT NULL;

@@ -28,7 +28,7 @@ BEGIN
         WHERE g.table_schema = current_schema() AND g.table_name = 'jobs'
           AND g.privilege_type = 'UPDATE' AND g.grantee <> current_user
     LOOP
-        EXECUTE format('GRANT SELECT, UPDATE ON %I TO %s', 'pgdrain_drain_launches',
+        EXECUTE format('GRANT SELECT, UPDATE ON %s TO %s', 'pgdrain_drain_launches',
                        CASE WHEN grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(grantee) END);
     END LOOP;
 END

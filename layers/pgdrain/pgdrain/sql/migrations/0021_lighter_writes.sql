@@ -17,6 +17,7 @@ ALTER TABLE jobs SET (fillfactor = 70);
 -- queue's running jobs both read it, and a claim writes one entry instead of two. The running
 -- set is the jobs in flight (hundreds, not millions), so the janitor's `lease_expires_at <
 -- now()` reads the whole of it, and a queue's count reads its range.
-CREATE INDEX jobs_running_idx ON jobs (queue, lease_expires_at) WHERE status = 'running';
-DROP INDEX jobs_running_lease_idx;
-DROP INDEX jobs_running_queue_idx;
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_running_idx
+    ON jobs (queue, lease_expires_at) WHERE status = 'running';
+DROP INDEX CONCURRENTLY IF EXISTS jobs_running_lease_idx;
+DROP INDEX CONCURRENTLY IF EXISTS jobs_running_queue_idx;

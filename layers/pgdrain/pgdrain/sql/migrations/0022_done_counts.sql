@@ -27,7 +27,7 @@ BEGIN
         WHERE g.table_schema = current_schema() AND g.table_name = 'jobs'
           AND g.privilege_type = 'DELETE' AND g.grantee <> current_user
     LOOP
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I TO %s',
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s',
                        'pgdrain_done_counts',
                        CASE WHEN grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(grantee) END);
     END LOOP;
