@@ -110,6 +110,14 @@ class FakeStore:
         self._step("sync_controls")
         return set()
 
+    def job_states(self, ids: Any) -> dict[int, str]:
+        self._step("job_states")
+        return {}
+
+    def save_checkpoints(self, jobs: Any, states: Any) -> set[int]:
+        self._step("save_checkpoints")
+        return {j.id for j in jobs}
+
     def claim(self, *, batch_size: int, lease_seconds: float,
               queues: Sequence[str] | None, fair: bool = False,
               by_queue: bool = False) -> list[Job]:

@@ -64,8 +64,7 @@ def test_verifying_modes_build_a_verifying_context(mode, check_hostname):
         ("postgresql://u:pw@h/db?sslmode=sometimes", "sslmode must be one of"),
         ("postgresql://u:pw@h/db?target_session_attrs=any", "unsupported parameters"),
         ("postgresql://u:pw@h/db?options=-csearch_path%3Dq",
-         r"unsupported parameters: options \(to put pgdrain's tables in a schema of their own, "
-         r"set PGDRAIN_SCHEMA\)"),
+         r"unsupported parameters: options \(for a schema of pgdrain's own, set PGDRAIN_SCHEMA\)"),
         ("postgresql://u:pw@h/db?connect_timeout=soon", "connect_timeout must be a number"),
     ],
 )

@@ -15,7 +15,9 @@ from . import sql as _sql
 from .control import pause, paused_queues, resume, set_queue
 from .enqueue import enqueue, enqueue_atomically, enqueue_many, new_job
 from .errors import (
+    CheckpointNotSaved,
     ConfigError,
+    Continue,
     DatabaseConnectError,
     DatabaseTimeout,
     DatabaseUnavailable,
@@ -84,7 +86,9 @@ __all__ = [
     "REGISTRY",
     "Backlog",
     "Backoff",
+    "CheckpointNotSaved",
     "ConfigError",
+    "Continue",
     "DatabaseConnectError",
     "DatabaseTimeout",
     "DatabaseUnavailable",

@@ -82,12 +82,9 @@ def parse_database_url(url: str) -> ConnectParams:
     known = {"host", "port", "sslmode", "sslrootcert", "application_name", "connect_timeout",
              "user", "password", "dbname"}
     unknown = sorted(set(query) - known)
-    if unknown:
-        # options= is where libpq takes a search_path: pgdrain names its schema itself.
-        hint = (" (to put pgdrain's tables in a schema of their own, set PGDRAIN_SCHEMA)"
-                if "options" in unknown else "")
-        raise ConfigError(
-            f"DATABASE_URL has unsupported parameters: {', '.join(unknown)}{hint}")
+    if unknown:  # options= is libpq's way to a search_path: pgdrain names its schema itself
+        hint = " (for a schema of pgdrain's own, set PGDRAIN_SCHEMA)" * ("options" in unknown)
+        raise ConfigError(f"DATABASE_URL has unsupported parameters: {', '.join(unknown)}{hint}")
 
     host = query.get("host") or (unquote(parts.hostname) if parts.hostname else None)
     port = port_in_netloc or 5432

@@ -102,6 +102,24 @@ class Snooze(Exception):
         self.delay_seconds = max(delay, 0.0)
 
 
+class Continue(Snooze):
+    """Raise from a handler to end this run and put the job straight back, due now: its
+    saved state (``job.checkpoint``) is what its next run resumes from, and no attempt is
+    spent. For a job longer than an invocation (an export of many pages): run steps,
+    checkpoint after each, and raise ``Continue`` to hand over (a run of a resumable type
+    that saved a checkpoint and runs out of time continues the same way by itself)."""
+
+    def __init__(self, reason: str = ""):
+        super().__init__(0, reason or "continues from its last checkpoint")
+
+
+class CheckpointNotSaved(PgdrainError):
+    """``job.checkpoint()`` could not save the state: the job is no longer this run's (its
+    lease was reclaimed, it was cancelled or finished elsewhere), or the database did not
+    answer in time. Let it propagate: the run ends, and the job resumes from the last
+    checkpoint that was saved."""
+
+
 class Discard(Exception):
     """Raise from a handler to fail the job at once, without retries (a permanent error)."""
 

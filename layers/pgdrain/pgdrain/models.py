@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from .results import encode_progress
+from .results import encode_checkpoint, encode_progress
 
 
 class Status(enum.StrEnum):
@@ -143,14 +143,26 @@ class NewJob:
 class JobControl:
     """What a running job's handler and its drain share: the drain sets ``cancel_requested``
     when it learns the job was asked to stop; ``job.progress()`` leaves its latest report here
-    for the drain to write. Neither side waits for the other."""
+    for the drain to write. Neither side waits for the other. A checkpoint
+    (``job.checkpoint``) is the exception: its handler waits until it is saved, through
+    ``saver``, which the drain sets for a job of a resumable type."""
 
-    __slots__ = ("_lock", "_progress", "cancel_requested")
+    __slots__ = ("_lock", "_progress", "cancel_requested", "checkpoints_saved", "resumable",
+                 "saver", "state")
 
     def __init__(self) -> None:
         self.cancel_requested = False
         self._progress: str | None = None
         self._lock = threading.Lock()
+        self.state: Any = None
+        """The last state saved (``job.state``): read when the run began, then each saved."""
+        self.checkpoints_saved = 0
+        """Checkpoints saved during this run."""
+        self.saver: Callable[[str], None] | None = None
+        """Saves a checkpoint (JSON text), or raises CheckpointNotSaved."""
+        self.resumable: bool | None = None
+        """Whether the job's type is resumable, as the drain running it knows; None outside a
+        drain (a handler called by a test: checkpoints are kept in memory only)."""
 
     def report(self, progress: str) -> None:
         with self._lock:
@@ -165,6 +177,17 @@ class JobControl:
         with self._lock:
             progress, self._progress = self._progress, None
         return progress
+
+    def save(self, text: str, state: Any) -> None:
+        """Save a checkpoint; return once it is saved (``saver`` raises if it is not)."""
+        if self.resumable is False:
+            raise TypeError("job.checkpoint() needs a resumable type: declare it with "
+                            "@pgdrain.job(..., resumable=True), so that its runs read the "
+                            "state back (job.state)")
+        if self.saver is not None:
+            self.saver(text)
+        self.state = state
+        self.checkpoints_saved += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +229,22 @@ class Job:
         about a second while jobs run). Whatever the handler does, an attempt that would have
         been retried ends ``cancelled``."""
         return self.control.cancel_requested
+
+    @property
+    def state(self) -> Any:
+        """The state the job's last checkpoint saved (``checkpoint``), None if none: where a
+        run of a resumable job (``@pgdrain.job(..., resumable=True)``) resumes from, whether
+        the run before it continued (``pgdrain.Continue``), ran out of time or was killed."""
+        return self.control.state
+
+    def checkpoint(self, state: Any) -> None:
+        """Save ``state`` (JSON, at most MAX_CHECKPOINT_BYTES) as where this job resumes from,
+        durably: it returns once the database has it, within a few tens of milliseconds. The
+        write is guarded by this run's lease: a run whose job was reclaimed saves nothing
+        and gets CheckpointNotSaved. A job that saved a checkpoint in a run that then ran out
+        of time continues (due again, no attempt spent) instead of failing that attempt.
+        Only for a resumable type; ValueError for state that is not JSON or too big."""
+        self.control.save(encode_checkpoint(state), state)
 
     def progress(self, fraction: float, message: str | None = None) -> None:
         """Report how far the job got (``fraction`` from 0 to 1, an optional message of up to

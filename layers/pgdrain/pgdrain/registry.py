@@ -50,6 +50,9 @@ class Handler:
     """Called once for every job of this type that ends failed (see pgdrain.hooks)."""
     rate: Rate | None = None
     """At most this many starts of this type per period, across all drains (pgdrain.flow)."""
+    resumable: bool = False
+    """Its jobs save state (``job.checkpoint``) and resume from it (``job.state``): a run
+    that saved one and ran out of time continues, due again with no attempt spent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,7 @@ def job(
     tz: str | None = None,
     on_failed: Callable[[dict[str, Any], str | None], Any] | None = None,
     rate: str | None = None,
+    resumable: bool = False,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the handler of ``job_type``.
@@ -173,6 +177,13 @@ def job(
     ``rate`` (``"100/min"``, ``"10/s"``, ``"3/10s"``) allows at most that many starts of this
     type in any such period, across all drains (pgdrain.flow); the rest wait, pending and
     uncharged.
+
+    ``resumable=True`` is for a job longer than an invocation: the handler saves where it is
+    with ``job.checkpoint(state)`` and starts from ``job.state`` (None the first time). A run
+    that ends by raising ``pgdrain.Continue``, or runs out of time after saving a checkpoint,
+    puts the job straight back without spending an attempt; a killed run resumes from the
+    last checkpoint once its lease expires. Give it a ``timeout`` for the whole job: each
+    invocation runs it for the time it has.
     """
     if not isinstance(job_type, str) or not job_type.strip():
         raise ConfigError("job_type must be a non-empty string")
@@ -215,8 +226,12 @@ def job(
         if is_async and transactional:
             raise ConfigError(f"{job_type}: an async def handler cannot be transactional (its "
                               "connection is pg8000's, which blocks); make it a plain def")
+        if resumable and transactional:
+            raise ConfigError(f"{job_type}: a resumable job saves checkpoints as it goes, "
+                              "which a transactional job's one transaction would undo")
         target.register(Handler(job_type, func, max_attempts, timeout, transactional, payload,
-                                policy, concurrency, is_async, on_failed, limit))
+                                policy, concurrency, is_async, on_failed, limit,
+                                bool(resumable)))
         if entry is not None:
             target.add_schedule(entry)
         return func

@@ -1,5 +1,6 @@
-"""A job's result and progress as they are stored: a handler's return value and its progress
-reports, checked and encoded as JSON text. Pure: no I/O, nothing of pgdrain's below it."""
+"""A job's result, progress and checkpoints as they are stored: a handler's return value, its
+progress reports and the state it saves, checked and encoded as JSON text. Pure: no I/O,
+nothing of pgdrain's below it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,44 @@ from typing import Any
 MAX_PROGRESS_MESSAGE = 500
 """The longest progress message, in characters."""
 
+MAX_CHECKPOINT_BYTES = 256 * 1024
+"""The largest state ``job.checkpoint()`` saves, in bytes of JSON: state to resume from (a
+cursor, a page number, the ids done so far), not the work's output (that is the result, or
+the app's own tables)."""
+
 # A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000": jsonb
 # cannot hold one.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _json_text(value: Any) -> tuple[str | None, str | None]:
+    """``value`` as compact JSON text that jsonb can hold, or ``(None, why not)``."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        return None, f"it is not JSON ({exc})"
+    except RecursionError:
+        return None, "it is nested too deep for JSON"
+    if _JSON_NUL.search(text):
+        return None, "it holds a NUL character (\\u0000), which PostgreSQL's jsonb cannot"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None, "it holds a lone surrogate (not valid Unicode)"
+    return text, None
+
+
+def encode_checkpoint(state: Any) -> str:
+    """``job.checkpoint(state)``'s state as JSON text, or ValueError saying why it cannot be
+    saved (raised in the handler that called it)."""
+    text, problem = _json_text(state)
+    if text is None:
+        raise ValueError(f"checkpoint not saved: {problem}")
+    size = len(text.encode("utf-8"))
+    if size > MAX_CHECKPOINT_BYTES:
+        raise ValueError(f"checkpoint not saved: {size} bytes of JSON, above the "
+                         f"{MAX_CHECKPOINT_BYTES} a checkpoint may hold")
+    return text
 
 
 def encode_result(value: Any, max_bytes: int) -> tuple[str | None, str | None]:
@@ -22,19 +58,10 @@ def encode_result(value: Any, max_bytes: int) -> tuple[str | None, str | None]:
     or more than ``max_bytes`` of UTF-8 (the job still ends done: its work was done)."""
     if value is None:
         return None, None
-    try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        return None, f"result not stored: it is not JSON ({exc})"
-    except RecursionError:
-        return None, "result not stored: it is nested too deep for JSON"
-    if _JSON_NUL.search(text):
-        return None, "result not stored: it holds a NUL character (\\u0000), which PostgreSQL's " \
-                     "jsonb cannot"
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        return None, "result not stored: it holds a lone surrogate (not valid Unicode)"
+    text, problem = _json_text(value)
+    if text is None:
+        return None, f"result not stored: {problem}"
+    size = len(text.encode("utf-8"))
     if size > max_bytes:
         return None, (f"result not stored: {size} bytes of JSON, above "
                       f"PGDRAIN_RESULT_MAX_BYTES ({max_bytes})")

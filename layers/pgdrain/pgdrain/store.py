@@ -243,6 +243,19 @@ def sync_controls(conn: Any, jobs: Sequence[Job], progress: Sequence[str | None]
     return {r["id"] for r in rows}
 
 
+def job_states(conn: Any, ids: Sequence[int]) -> dict[int, str]:
+    """The saved state (JSON text) of those of ``ids`` that have one (job_states)."""
+    rows = as_session(conn).rows("job_states", ids=list(ids))
+    return {r["id"]: r["state"] for r in rows}
+
+
+def save_checkpoints(conn: Any, jobs: Sequence[Job], states: Sequence[str]) -> set[int]:
+    """Save each job's checkpoint (JSON text), guarded by its claim; the ids saved."""
+    rows = as_session(conn).rows("job_checkpoint_batch", ids=[j.id for j in jobs],
+                                 tokens=[j.lease_token for j in jobs], states=list(states))
+    return {r["id"] for r in rows}
+
+
 def _written(ids: list[int], rows: list[dict[str, Any]]) -> Written:
     changed = {r["id"] for r in rows}
     return Written(ids=tuple(i for i in ids if i in changed),

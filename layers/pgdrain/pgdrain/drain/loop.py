@@ -203,7 +203,7 @@ class Loop:
         if handler.transactional and session is None:
             s.release([job])  # lent to no attempt of this drain: none comes back in time
             return True
-        if admission.cut_short:
+        if admission.cut_short and not handler.resumable:  # a resumable job expects it
             s.warn_cut_short(job, handler, left)
         self._attempt(job, handler, admission.timeout, session, time.monotonic() + left)
         return True
@@ -224,7 +224,9 @@ class Loop:
             return
         transaction = None if session is None else Transaction(session, job, s.done)
         attempt = Attempt(job, handler, timeout, started, transaction)
-        if runs_inline(handler, slots=self.slots, limits=s.limits):
+        inline = runs_inline(handler, slots=self.slots, limits=s.limits)
+        s.checkpoints.begin(job, handler, inline=inline)
+        if inline:
             self._run_inline(attempt)
         else:
             self.running.launch(attempt, must_end, self.planner.start_by.get(job.id))

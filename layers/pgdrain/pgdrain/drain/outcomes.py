@@ -89,6 +89,12 @@ def settle(ended: Ended, *, result_max_bytes: int, backoff: Backoff,
     job, handler, error = ended.job, ended.handler, ended.error
     if ended.result is COMMITTED:
         return Settled(count=Count.DONE)  # its transaction wrote done with its work
+    overran = ended.timed_out is not None or isinstance(error, HandlerTimeout)
+    if overran and handler.resumable and job.control.checkpoints_saved:
+        # It got somewhere and saved it: it continues from there, no attempt spent. (One that
+        # saved nothing in this run spends the attempt, as any overrun: no loop for ever
+        # without progress.)
+        return Settled(Finish.snooze(job, 0))
     if ended.timed_out is not None:
         error = timed_out(ended.timed_out)
         return Settled(failed(job, handler, error, backoff), error=error)

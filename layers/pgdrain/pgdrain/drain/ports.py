@@ -56,6 +56,12 @@ class DrainStore(Protocol):
     def sync_controls(self, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
         """Write running jobs' progress (None: no report) and return those asked to stop."""
 
+    def job_states(self, ids: Sequence[int]) -> dict[int, str]:
+        """The saved state (JSON text) of those of the jobs that have one."""
+
+    def save_checkpoints(self, jobs: Sequence[Job], states: Sequence[str]) -> set[int]:
+        """Save each job's checkpoint, guarded by its claim; the ids saved."""
+
     def claim(self, *, batch_size: int, lease_seconds: float,
               queues: Sequence[str] | None, fair: bool = False,
               by_queue: bool = False) -> list[Job]:

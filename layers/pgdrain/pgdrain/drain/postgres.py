@@ -81,6 +81,12 @@ class PostgresStore:
     def sync_controls(self, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
         return pgstore.sync_controls(self.session(), jobs, progress)
 
+    def job_states(self, ids: Sequence[int]) -> dict[int, str]:
+        return pgstore.job_states(self.session(), ids)
+
+    def save_checkpoints(self, jobs: Sequence[Job], states: Sequence[str]) -> set[int]:
+        return pgstore.save_checkpoints(self.session(), jobs, states)
+
     def _claiming(self) -> Session:
         """The session to claim on: only the one holding this drain's slot. A connection
         lost mid-drain is reopened for writing outcomes, but a drain on a new connection

@@ -58,6 +58,7 @@ class Running:
         report progress; how many ended."""
         ended = self._collect(self._wait_seconds())
         self._enforce_limits()
+        self.s.checkpoints.save_handed()
         self._sync_controls()
         return ended
 

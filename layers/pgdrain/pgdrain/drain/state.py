@@ -16,6 +16,7 @@ from ..settings import Settings
 from ..timeouts import TimeLimits
 from . import outcomes
 from .budget import Budget
+from .checkpoints import Checkpoints
 from .outcomes import Ended
 from .planner import Pace
 from .ports import DrainObserver, DrainStore, Launcher
@@ -38,6 +39,7 @@ class DrainState:
         self.limits = limits
         self.summary = DrainSummary()
         self.completer = Completer(store.finish_many, self._recorded)
+        self.checkpoints = Checkpoints(store)
         self.pace = Pace()
         self.started = 0
         """Jobs started so far (the first one's budget rules differ: ``Budget.cut_short``)."""

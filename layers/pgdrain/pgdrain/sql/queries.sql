@@ -714,6 +714,16 @@ LEFT JOIN cancelled AS c ON c.id = t.id
 LEFT JOIN requested AS r ON r.id = t.id
 ORDER BY t.id
 
+-- name: job_checkpoint_batch
+-- Save the checkpoints resumable jobs' handlers asked for (job.checkpoint), each guarded by
+-- its claim: a run whose job was reclaimed, cancelled or finished elsewhere saves nothing.
+-- Returns the ids saved; the handlers of the others get CheckpointNotSaved.
+UPDATE jobs AS j
+SET state = c.state::jsonb, updated_at = now()
+FROM unnest(:ids::bigint[], :tokens::uuid[], :states::text[]) AS c(id, lease_token, state)
+WHERE j.id = c.id AND j.status = 'running' AND j.lease_token = c.lease_token
+RETURNING j.id
+
 -- name: job_claim_alone
 -- Claim one claimable job (job_claimable) whose claim was lost before without a record of its
 -- start (lost_claims > 0), alone, recording its start (job_claim_set): if its drain dies
@@ -1575,6 +1585,13 @@ FROM jobs
 WHERE status = 'running'
 ORDER BY claimed_at, id
 LIMIT :limit::int
+
+-- name: job_states
+-- The state resumable jobs saved (job.checkpoint), read as their runs begin (job.state): only
+-- for jobs of resumable types, and only the rows with one. By primary key.
+SELECT j.id, j.state::text AS state
+FROM jobs AS j
+WHERE j.id = ANY(:ids::bigint[]) AND j.state IS NOT NULL
 
 -- name: job_stats_by_status
 -- Job counts by queue and status.

@@ -1,0 +1,106 @@
+"""Checkpoints of resumable jobs (``@pgdrain.job(..., resumable=True)``): the state a run
+begins from, read as it begins, and each ``job.checkpoint(state)`` saved before the handler
+goes on, guarded by the run's claim.
+
+A handler on the drain's own thread saves through the drain's connection (the loop is
+waiting for that handler). A handler on a worker thread or the event loop hands its
+checkpoint to the loop, which saves every checkpoint handed to it at its next tick (within
+TICK_SECONDS) in one statement, and waits; the connection stays the loop's alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from ..claimed import decode_json
+from ..errors import CheckpointNotSaved
+from ..models import Job
+from ..registry import Handler
+from .ports import DrainStore
+
+log = logging.getLogger("pgdrain.drain")  # the library's one drain logger, as users filter it
+
+_NOT_THIS_RUNS = ("checkpoint not saved: the job is no longer this run's (reclaimed, cancelled "
+                  "or finished elsewhere), or the database refused the write")
+
+SAVE_WAIT_SECONDS = 10.0
+"""How long a worker's handler waits for its checkpoint to be saved before it is told it was
+not (CheckpointNotSaved); the loop saves within a tick unless the database is slow."""
+
+
+class _Handed:
+    __slots__ = ("done", "job", "saved", "text")
+
+    def __init__(self, job: Job, text: str):
+        self.job, self.text = job, text
+        self.saved = False
+        self.done = threading.Event()
+
+
+class Checkpoints:
+    def __init__(self, store: DrainStore):
+        self.store = store
+        self.handed: queue.SimpleQueue[_Handed] = queue.SimpleQueue()
+
+    def begin(self, job: Job, handler: Handler, *, inline: bool) -> None:
+        """Before a run: tell the job whether its type is resumable; for one that is, read
+        the state it resumes from and say how its checkpoints are saved."""
+        job.control.resumable = handler.resumable
+        if not handler.resumable:
+            return
+        text = self.store.job_states([job.id]).get(job.id)
+        state, problem = decode_json(text)
+        if problem:
+            log.warning("job %s (%s): its saved state is not read (%s); it begins afresh",
+                        job.id, job.job_type, problem)
+        job.control.state = state
+        job.control.saver = self._inline_saver(job) if inline else self._worker_saver(job)
+
+    def _inline_saver(self, job: Job) -> Callable[[str], None]:
+        def save(text: str) -> None:
+            try:
+                saved = job.id in self.store.save_checkpoints([job], [text])
+            except Exception as exc:  # the handler is told; the drain's next statement sees it
+                raise CheckpointNotSaved(f"checkpoint not saved: {exc}") from exc
+            if not saved:
+                raise CheckpointNotSaved(_NOT_THIS_RUNS)
+        return save
+
+    def _worker_saver(self, job: Job) -> Callable[[str], None]:
+        def save(text: str) -> None:
+            handed = _Handed(job, text)
+            self.handed.put(handed)
+            if not handed.done.wait(SAVE_WAIT_SECONDS):
+                raise CheckpointNotSaved(f"checkpoint not saved: the drain did not save it "
+                                         f"within {SAVE_WAIT_SECONDS:g} s")
+            if not handed.saved:
+                raise CheckpointNotSaved(_NOT_THIS_RUNS)
+        return save
+
+    def save_handed(self) -> None:
+        """Save every checkpoint handed over since the last tick, in one statement; each
+        handler waiting on one learns whether it was saved."""
+        batch: dict[int, _Handed] = {}
+        waiting: list[_Handed] = []
+        while True:
+            try:
+                handed = self.handed.get_nowait()
+            except queue.Empty:
+                break
+            waiting.append(handed)
+            batch[handed.job.id] = handed  # a later checkpoint of the same job wins
+        if not waiting:
+            return
+        saved: set[int] = set()
+        try:
+            saved = self.store.save_checkpoints([h.job for h in batch.values()],
+                                                [h.text for h in batch.values()])
+        finally:
+            # Whatever happened, no handler waits on; one not saved is told so. An earlier
+            # checkpoint of a job that handed a later one is saved when the later one is.
+            for handed in waiting:
+                handed.saved = handed.job.id in saved
+                handed.done.set()

@@ -1,0 +1,180 @@
+"""Jobs longer than an invocation, against PostgreSQL: a resumable job saves its state with
+``job.checkpoint``, reads it back as ``job.state``, continues across drains (``pgdrain.Continue``
+or running out of time after a checkpoint) without spending attempts, and resumes from its last
+checkpoint after a killed run. Scaled down: 40 steps of 0.1 s across drains of 2 s stand for
+40 one-minute steps across a 120 s function."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+import pgdrain
+from pgdrain.db import connect
+from pgdrain.registry import Registry
+from tests.support.drains import run_drain
+
+STEPS = 40
+STEP_SECONDS = 0.1
+DRAIN_SECONDS = 2.0
+
+
+def _long_export(ran: list[int], registry: Registry) -> None:
+    @pgdrain.job("long-export", resumable=True, timeout=3600, registry=registry)
+    def long_export(job: pgdrain.Job) -> dict:
+        step = (job.state or {}).get("step", 0)
+        while step < STEPS:
+            time.sleep(STEP_SECONDS)  # a page of the export
+            ran.append(step)
+            step += 1
+            job.checkpoint({"step": step})
+        return {"steps": step}
+
+
+@pytest.mark.parametrize("concurrency", [1, 4], ids=["on the drain's thread", "on workers"])
+def test_a_forty_step_job_runs_to_completion_across_short_drains(database_url, conn, sql,
+                                                                  concurrency):
+    ran: list[int] = []
+    registry = Registry()
+    _long_export(ran, registry)
+    job = pgdrain.enqueue(conn, "long-export", {})
+    drains = []
+    for _ in range(12):
+        drains.append(run_drain(database_url, registry, seconds=DRAIN_SECONDS,
+                                concurrency=concurrency))
+        if sql("SELECT status FROM jobs WHERE id = :id", id=job.id)[0]["status"] == "done":
+            break
+    row = sql("SELECT status, attempts, result, state FROM jobs WHERE id = :id", id=job.id)[0]
+    assert row["status"] == "done" and row["result"] == {"steps": STEPS}
+    assert row["state"] == {"step": STEPS}
+    # Longer than any one drain: it took several, and continuing spent no attempt.
+    assert len(drains) >= 3
+    assert row["attempts"] == 1
+    assert sum(d.snoozed for d in drains) == len(drains) - 1
+    # Every step ran; a step cut off before its checkpoint ran again, at most once a drain.
+    assert sorted(set(ran)) == list(range(STEPS))
+    assert len(ran) - STEPS <= len(drains) - 1
+
+
+def test_continue_puts_the_job_straight_back_without_spending_an_attempt(database_url, conn,
+                                                                         sql):
+    runs: list[object] = []
+    registry = Registry()
+
+    @pgdrain.job("paged", resumable=True, max_attempts=1, registry=registry)
+    def paged(job: pgdrain.Job) -> str:
+        runs.append(job.state)
+        page = (job.state or {"page": 0})["page"]
+        if page < 3:
+            job.checkpoint({"page": page + 1})
+            raise pgdrain.Continue()
+        return "all pages"
+
+    job = pgdrain.enqueue(conn, "paged", {})
+    summary = run_drain(database_url, registry)
+    assert runs == [None, {"page": 1}, {"page": 2}, {"page": 3}]
+    assert (summary.snoozed, summary.done) == (3, 1)
+    row = sql("SELECT status, attempts, result FROM jobs WHERE id = :id", id=job.id)[0]
+    assert row == {"status": "done", "attempts": 1, "result": "all pages"}
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint(database_url, conn, sql):
+    # A run that saved step 7, then its invocation was killed: no outcome written, its
+    # lease left to expire.
+    job = pgdrain.enqueue(conn, "resume-me", {})
+    claimed = pgdrain.claim(conn, batch_size=1, lease_seconds=60)[0]
+    assert pgdrain.store.save_checkpoints(conn, [claimed], [json.dumps({"step": 7})]) == {job.id}
+    sql("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = :id",
+        id=job.id)
+    seen: list[object] = []
+    registry = Registry()
+    pgdrain.job("resume-me", resumable=True, registry=registry)(
+        lambda job: seen.append(job.state))
+    summary = run_drain(database_url, registry)
+    assert summary.reclaimed == 1 and summary.done == 1
+    assert seen == [{"step": 7}]
+
+
+def test_a_run_that_saved_nothing_and_ran_out_of_time_spends_its_attempt(database_url, conn,
+                                                                          sql):
+    registry = Registry()
+
+    @pgdrain.job("stuck", resumable=True, timeout=0.3, max_attempts=1, registry=registry)
+    def stuck(job: pgdrain.Job) -> None:
+        while True:  # busy, and never saves where it is
+            time.sleep(0.01)
+
+    job = pgdrain.enqueue(conn, "stuck", {}, max_attempts=1)
+    summary = run_drain(database_url, registry)
+    assert (summary.snoozed, summary.failed) == (0, 1)
+    row = sql("SELECT status, attempts, last_error FROM jobs WHERE id = :id", id=job.id)[0]
+    assert (row["status"], row["attempts"]) == ("failed", 1)
+    assert "timed out" in row["last_error"]
+
+
+@pytest.mark.parametrize("concurrency", [1, 4], ids=["on the drain's thread", "on workers"])
+def test_a_run_whose_job_was_taken_from_it_saves_nothing(database_url, conn, sql, concurrency):
+    told: list[str] = []
+    registry = Registry()
+
+    @pgdrain.job("taken", resumable=True, max_attempts=1, registry=registry)
+    def taken(job: pgdrain.Job) -> None:
+        job.checkpoint({"mine": True})
+        other = connect(database_url)
+        try:  # as the janitor does when it reclaims an expired lease: a new claim's token
+            other.run("UPDATE jobs SET lease_token = gen_random_uuid() WHERE id = :id",
+                      id=job.id)
+        finally:
+            other.close()
+        try:
+            job.checkpoint({"mine": False})
+        except pgdrain.CheckpointNotSaved as exc:
+            told.append(str(exc))
+            raise
+
+    job = pgdrain.enqueue(conn, "taken", {})
+    summary = run_drain(database_url, registry, concurrency=concurrency)
+    assert len(told) == 1 and "no longer this run's" in told[0]
+    assert summary.stale == 1
+    assert sql("SELECT state FROM jobs WHERE id = :id", id=job.id) == [{"state": {"mine": True}}]
+
+
+def test_checkpoints_need_a_resumable_type_and_json_state(database_url, conn, sql):
+    errors: list[BaseException] = []
+    registry = Registry()
+
+    @pgdrain.job("plain", max_attempts=1, registry=registry)
+    def plain(job: pgdrain.Job) -> None:
+        try:
+            job.checkpoint({"step": 1})
+        except TypeError as exc:
+            errors.append(exc)
+            raise
+
+    @pgdrain.job("odd-state", resumable=True, max_attempts=1, registry=registry)
+    def odd_state(job: pgdrain.Job) -> None:
+        try:
+            job.checkpoint({"when": threading.Event()})
+        except ValueError as exc:
+            errors.append(exc)
+            raise
+
+    pgdrain.enqueue(conn, "plain", {})
+    pgdrain.enqueue(conn, "odd-state", {})
+    run_drain(database_url, registry)
+    assert [type(e) for e in errors] == [TypeError, ValueError]
+    assert "resumable=True" in str(errors[0])
+    assert "checkpoint not saved: it is not JSON" in str(errors[1])
+    assert sql("SELECT count(*) AS n FROM jobs WHERE state IS NOT NULL") == [{"n": 0}]
+
+
+def test_outside_a_drain_a_checkpoint_is_kept_in_memory():
+    job = pgdrain.Job(id=1, job_type="t", payload={}, attempts=1, max_attempts=3,
+                      queue="default", priority=0, run_at="now", created_at="now",
+                      claimed_at=None, lease_expires_at=None, lease_token="x")  # type: ignore[arg-type]
+    assert job.state is None
+    job.checkpoint({"step": 2})
+    assert job.state == {"step": 2}
