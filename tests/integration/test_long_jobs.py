@@ -7,8 +7,10 @@ checkpoint after a killed run. Scaled down: 40 steps of 0.1 s across drains of 2
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,9 @@ from pgdrain.db import connect
 from pgdrain.registry import Registry
 from tests.support.drains import run_drain
 
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+LONG_JOB_EXAMPLE = re.search(r"<!-- long-job-example -->\n```python\n(.*?)```", README,
+                             re.DOTALL)[1]
 STEPS = 40
 STEP_SECONDS = 0.1
 DRAIN_SECONDS = 2.0
@@ -178,3 +183,25 @@ def test_outside_a_drain_a_checkpoint_is_kept_in_memory():
     assert job.state is None
     job.checkpoint({"step": 2})
     assert job.state == {"step": 2}
+
+
+def test_the_readmes_long_job_runs_as_written(database_url, conn, sql, monkeypatch):
+    registry = Registry()
+    written: list[int] = []
+
+    def write_page(export_id: str, page: int) -> None:
+        time.sleep(STEP_SECONDS)
+        written.append(page)
+
+    # As written, but registered in a registry of the test's own (the one change).
+    monkeypatch.setattr(pgdrain, "job", lambda *a, **k: pgdrain.registry.job(
+        *a, **k, registry=registry))
+    exec(LONG_JOB_EXAMPLE, {"write_page": write_page})
+    job = pgdrain.enqueue(conn, "export-pages", {"export_id": "e-1", "pages": 30})
+    for _ in range(10):
+        run_drain(database_url, registry, seconds=DRAIN_SECONDS)
+        if sql("SELECT status FROM jobs WHERE id = :id", id=job.id)[0]["status"] == "done":
+            break
+    row = sql("SELECT status, attempts, result FROM jobs WHERE id = :id", id=job.id)[0]
+    assert row == {"status": "done", "attempts": 1, "result": {"pages": 30}}
+    assert sorted(set(written)) == list(range(30))

@@ -50,7 +50,9 @@ class Task:
     """``time.monotonic()`` when it was handed over."""
     call: Callable[[Task], Any]
     """What the worker runs (the handler, or its transaction around it)."""
-    outbox: queue.SimpleQueue[Task]
+    outbox: queue.SimpleQueue[Task | None]
+    """Where it goes back when it finished; None there wakes the drain's loop for something
+    else (a checkpoint handed to it)."""
     must_end: float | None = None
     """The latest ``time.monotonic()`` its handler may run to (the invocation's time for
     handlers); None: ``started + timeout``."""

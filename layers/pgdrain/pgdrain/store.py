@@ -386,7 +386,7 @@ def get_job(conn: Any, ident: int) -> dict[str, Any] | None:
     row = as_session(conn).one("job_get", id=job_id(ident))
     if row is None:
         return None
-    for column in ("payload", "errors", "result", "progress"):
+    for column in ("payload", "errors", "result", "progress", "state"):
         row[column], problem = decode_json(row[column])
         if problem:
             row[f"{column}_error"] = problem

@@ -4,8 +4,8 @@ goes on, guarded by the run's claim.
 
 A handler on the drain's own thread saves through the drain's connection (the loop is
 waiting for that handler). A handler on a worker thread or the event loop hands its
-checkpoint to the loop, which saves every checkpoint handed to it at its next tick (within
-TICK_SECONDS) in one statement, and waits; the connection stays the loop's alone.
+checkpoint to the loop and wakes it; the loop saves every checkpoint handed to it in one
+statement, and the handler waits for that; the connection stays the loop's alone.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ class Checkpoints:
     def __init__(self, store: DrainStore):
         self.store = store
         self.handed: queue.SimpleQueue[_Handed] = queue.SimpleQueue()
+        self.wake: Callable[[], None] = lambda: None
+        """Wakes the loop (set by the loop's ``Running``), which saves what was handed."""
 
     def begin(self, job: Job, handler: Handler, *, inline: bool) -> None:
         """Before a run: tell the job whether its type is resumable; for one that is, read
@@ -73,6 +75,7 @@ class Checkpoints:
         def save(text: str) -> None:
             handed = _Handed(job, text)
             self.handed.put(handed)
+            self.wake()
             if not handed.done.wait(SAVE_WAIT_SECONDS):
                 raise CheckpointNotSaved(f"checkpoint not saved: the drain did not save it "
                                          f"within {SAVE_WAIT_SECONDS:g} s")

@@ -34,7 +34,9 @@ class Running:
     def __init__(self, state: DrainState, runner: Runner):
         self.s = state
         self.runner = runner
-        self.outbox: queue.SimpleQueue[Task] = queue.SimpleQueue()
+        self.outbox: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        # A checkpoint handed over wakes the loop at once: the handler waits for it.
+        state.checkpoints.wake = lambda: self.outbox.put(None)
         self.attempts: dict[int, tuple[Attempt, Task]] = {}
         """By ``id(task)``: what runs on workers now."""
         self.by_type: Counter[str] = Counter()
@@ -83,7 +85,9 @@ class Running:
             except queue.Empty:
                 return ended
 
-    def _finished(self, task: Task) -> int:
+    def _finished(self, task: Task | None) -> int:
+        if task is None:
+            return 0  # woken for a checkpoint: saved below, in this tick
         if self.runaways.pop(id(task), None) is not None:
             return 0  # recorded as timed out already, its connection given back then
         entry = self.attempts.get(id(task))

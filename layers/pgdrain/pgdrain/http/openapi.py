@@ -381,13 +381,16 @@ def _job_view_schema() -> dict[str, Any]:
                 "required": ["fraction"],
             }, "The handler's latest progress report (job.progress), written about every "
                "second while it runs."),
+            "state": {"description": "What a resumable job's handler last saved with "
+                                     "job.checkpoint (any JSON value): where its next run "
+                                     "resumes from; null if it saved none."},
             "updated_at": _DATE_TIME,
         },
         "required": ["id", "job_type", "payload", "status", "attempts", "max_attempts",
                      "run_at", "created_at", "queue", "priority", "claimed_at",
                      "lease_expires_at", "last_error", "errors", "dedupe_key", "finished_at",
                      "updated_at", "lost_claims", "started_at", "cancel_requested_at",
-                     "expires_at", "result", "progress", "ordering_key", "tenant"],
+                     "expires_at", "result", "progress", "ordering_key", "tenant", "state"],
     }
 
 

@@ -1287,7 +1287,8 @@ SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, r
        created_at, queue, priority, claimed_at, lease_expires_at,
        lease_token::text AS lease_token, last_error, errors::text AS errors, dedupe_key,
        finished_at, updated_at, lost_claims, started_at, cancel_requested_at, expires_at,
-       result::text AS result, progress::text AS progress, ordering_key, tenant
+       result::text AS result, progress::text AS progress, ordering_key, tenant,
+       state::text AS state
 FROM jobs
 WHERE id = :id::bigint
 
