@@ -45,7 +45,7 @@ from pgdrain.models import Finish
 from pgdrain.policy import Backoff
 from pgdrain.store import DRAIN_SLOT_LOCK_KEY
 from tests.model import checks
-from tests.model.model_jobs import RECORDER, REGISTRY, TYPE_RATE, Execution
+from tests.model.model_jobs import RECORDER, REGISTRY, STEPS, TYPE_RATE, Execution
 from tests.support.drains import connector_to, run_drain
 
 QUEUES = ("default", "a", "b")
@@ -117,8 +117,8 @@ CANCELS = st.one_of(st.none(), st.none(), st.integers(0, 10**6))
 """A drain step's cancel: mostly none, else which known job (cyclically) to cancel."""
 
 job_specs = st.fixed_dictionaries({
-    "job_type": st.sampled_from(["work", "work", "work-tx", "work-rated"]),
-    "do": st.sampled_from(["ok", "ok", "ok", "fail", "snooze", "discard", "timeout"]),
+    "job_type": st.sampled_from(["work", "work", "work-tx", "work-rated", "work-resumable"]),
+    "do": st.sampled_from(["ok", "ok", "ok", "fail", "snooze", "discard", "timeout", "steps"]),
     "queue": st.sampled_from(QUEUES),
     "priority": st.sampled_from([0, 0, -1, 3]),
     "delay": st.sampled_from([None, None, None, 60]),
@@ -476,7 +476,7 @@ class QueueModel(RuleBasedStateMachine):
         STATS["checks"] += 1
         rows = {r["id"]: r for r in self.rows(
             "SELECT id, job_type, queue, status, attempts, lease_token::text AS lease_token, "
-            "ordering_key FROM jobs")}
+            "ordering_key, state, payload->>'do' AS do FROM jobs")}
         executions = RECORDER.snapshot()
         rows.update(self.deleted_as_done(rows, executions))
         self.check_jobs(rows)
@@ -485,6 +485,7 @@ class QueueModel(RuleBasedStateMachine):
         self.check_ordering(rows, executions)
         self.check_rates(executions)
         self.check_transactions(rows)
+        self.check_checkpoints(rows, executions)
 
     def deleted_as_done(self, rows: dict[int, dict[str, Any]],
                         executions: list[Execution]) -> dict[int, dict[str, Any]]:
@@ -591,6 +592,25 @@ class QueueModel(RuleBasedStateMachine):
                         if e.queue == queue and since <= e.started < until]
                 most = checks.most_in_any_window(mine, limit.period)
                 assert most <= limit.limit, f"queue {queue} at {rate}: {most} in a window"
+
+    def check_checkpoints(self, rows: dict[int, dict[str, Any]],
+                          executions: list[Execution]) -> None:
+        """A resumable ``steps`` job's saved step is the number of its runs that saved one
+        (each ends by continuing or returning): none lost, none saved by a run that no longer
+        held the job; one that is done saved its last."""
+        saved: dict[int, int] = defaultdict(int)
+        for execution in executions:
+            if execution.outcome in ("Continue", "returned"):
+                saved[execution.job_id] += 1
+        for job_id, row in rows.items():
+            if row["job_type"] != "work-resumable" or row.get("do") != "steps":
+                continue
+            step = (row["state"] or {}).get("step", 0)
+            assert step == saved[job_id], (
+                f"job {job_id} saved step {step}, after {saved[job_id]} runs that saved: {row}")
+            if row["status"] == "done":
+                assert step == STEPS, f"job {job_id} done at step {step}: {row}"
+            STATS["resumable jobs checked"] += 1
 
     def check_transactions(self, rows: dict[int, dict[str, Any]]) -> None:
         writes = self.rows("SELECT job_id, attempt FROM model_tx_writes")

@@ -3,7 +3,9 @@ handler execution (in memory: every drain of the test runs on a thread of this p
 monotonic clock orders all starts and ends).
 
 A job's payload says what its handler does: ``{"do": "ok" | "fail" | "snooze" | "discard" |
-"timeout"}``. ``work-tx`` runs in the drain's transaction and writes a row of
+"timeout" | "steps"}``; ``steps`` saves a checkpoint and continues (``pgdrain.Continue``) until
+its third run, which returns (``work-resumable`` is the resumable type; on any other type the
+checkpoint is refused, a failure). ``work-tx`` runs in the drain's transaction and writes a row of
 ``model_tx_writes`` first (committed with its ``done``, rolled back otherwise); ``work-rated``
 carries a type rate (``TYPE_RATE``).
 """
@@ -24,6 +26,8 @@ HANDLER_TIMEOUT = 0.3
 TIMEOUT_BOUND = 3.0
 """A ``timeout`` handler returns by itself after this long, whatever happens."""
 SNOOZE_SECONDS = 60.0
+STEPS = 3
+"""Runs of a ``steps`` job: each saves its step and continues, the last returns."""
 
 TX_WRITES_DDL = """
 CREATE TABLE IF NOT EXISTS model_tx_writes (
@@ -78,6 +82,11 @@ def _behave(job: pgdrain.Job) -> None:
         raise pgdrain.Snooze(SNOOZE_SECONDS)
     if what == "discard":
         raise pgdrain.Discard("model discard")
+    if what == "steps":
+        step = (job.state or {}).get("step", 0) + 1
+        job.checkpoint({"step": step})
+        if step < STEPS:
+            raise pgdrain.Continue()
     if what == "timeout":
         # Short sleeps: the time limit is raised in this thread between two of them.
         until = time.monotonic() + TIMEOUT_BOUND
@@ -113,4 +122,9 @@ def work_tx(job: pgdrain.Job, conn: Any) -> None:
 
 @pgdrain.job("work-rated", timeout=HANDLER_TIMEOUT, rate=TYPE_RATE, registry=REGISTRY)
 def work_rated(job: pgdrain.Job) -> None:
+    _recorded(job)
+
+
+@pgdrain.job("work-resumable", timeout=HANDLER_TIMEOUT, resumable=True, registry=REGISTRY)
+def work_resumable(job: pgdrain.Job) -> None:
     _recorded(job)
