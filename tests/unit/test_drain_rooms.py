@@ -119,3 +119,38 @@ def test_a_done_job_is_forgotten_only_when_done_rows_are_not_kept_and_it_has_not
     assert outcomes.done(job, {"sent": 1}, 100, keep_done=False).forget is False  # a result
     too_big = outcomes.done(job, "x" * 200, 100, keep_done=False)
     assert too_big.forget is False and too_big.error  # why the result is missing is kept
+
+
+@pytest.mark.parametrize(("resumable", "saved", "outcome"), [
+    (True, 1, pgdrain.Outcome.SNOOZE),    # got somewhere: continues, no attempt spent
+    (True, 0, pgdrain.Outcome.RETRY),     # saved nothing in this run: an overrun as any
+    (False, 0, pgdrain.Outcome.RETRY),
+])
+def test_a_resumable_run_that_saved_a_checkpoint_and_overran_continues(resumable, saved,
+                                                                       outcome):
+    registry = Registry()
+    pgdrain.job("pages", resumable=resumable, registry=registry)(lambda job: None)
+    job = _job("pages")
+    job.control.checkpoints_saved = saved
+    for ended in (outcomes.Ended(job, registry.get("pages"), 0.0, 2.0, timed_out=2.0),
+                  outcomes.Ended(job, registry.get("pages"), 0.0, 2.0,
+                                 error=pgdrain.HandlerTimeout("timed out after 2 s"))):
+        settled = outcomes.settle(ended, result_max_bytes=100, backoff=pgdrain.Backoff())
+        assert settled.finish is not None and settled.finish.outcome is outcome
+        if outcome is pgdrain.Outcome.SNOOZE:
+            assert settled.finish.delay_seconds == 0
+
+
+def test_continue_is_a_snooze_of_nothing():
+    settled = outcomes.settle(
+        outcomes.Ended(_job("pages"), pgdrain.Handler("pages", lambda job: None), 0.0, 0.1,
+                       error=pgdrain.Continue()),
+        result_max_bytes=100, backoff=pgdrain.Backoff())
+    assert settled.finish is not None and settled.finish.outcome is pgdrain.Outcome.SNOOZE
+    assert settled.finish.delay_seconds == 0
+
+
+def test_a_resumable_type_cannot_be_transactional():
+    with pytest.raises(pgdrain.ConfigError, match="resumable job saves checkpoints"):
+        pgdrain.job("both", resumable=True, transactional=True, registry=Registry())(
+            lambda job, conn: None)
