@@ -86,6 +86,8 @@ class Checkpoints:
     def save_handed(self) -> None:
         """Save every checkpoint handed over since the last tick, in one statement; each
         handler waiting on one learns whether it was saved."""
+        if self.handed.empty():  # every tick, mostly: no exception raised to learn it
+            return
         batch: dict[int, _Handed] = {}
         waiting: list[_Handed] = []
         while True:
