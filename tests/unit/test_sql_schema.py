@@ -51,3 +51,9 @@ def test_a_schema_name_must_be_plain(bad):
 def test_the_default_leaves_every_statement_as_written():
     assert catalogue.schema_in_use() is None
     assert 'FROM jobs' in catalogue.QUERIES["migration_jobs_rows"]
+
+
+def test_only_a_plain_name_is_written_into_the_statements():
+    with pytest.raises(ValueError, match="not a schema name"):
+        catalogue.use_schema('x"; DROP TABLE jobs; --')
+    assert catalogue.schema_in_use() is None

@@ -127,6 +127,7 @@ class _Catalogue(Mapping[str, str]):
 
 
 _PLAIN = _load()
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _CATALOGUE = _Catalogue()
 QUERIES: Mapping[str, str] = _CATALOGUE
 """Every statement by name, written for the schema in use (``use_schema``)."""
@@ -145,6 +146,9 @@ def use_schema(name: str | None) -> None:
     process that sets it itself does so before its first statement (a connection's prepared
     statements keep the text they were prepared with)."""
     global _schema
+    if name is not None and not _PLAIN_NAME.fullmatch(name):
+        # PGDRAIN_SCHEMA's parser refuses such a name with its reasons; this guards the quoting.
+        raise ValueError(f"not a schema name pgdrain writes into its statements: {name!r}")
     if name is None:
         rendered = dict(_PLAIN)
     else:
