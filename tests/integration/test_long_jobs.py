@@ -205,3 +205,31 @@ def test_the_readmes_long_job_runs_as_written(database_url, conn, sql, monkeypat
     row = sql("SELECT status, attempts, result FROM jobs WHERE id = :id", id=job.id)[0]
     assert row == {"status": "done", "attempts": 1, "result": {"pages": 30}}
     assert sorted(set(written)) == list(range(30))
+
+
+def test_a_continuing_job_keeps_its_ordering_key_and_its_queues_cap(database_url, conn, sql):
+    """Between its runs a resumable job is pending with its id: the job after it on the same
+    ordering key waits until it is done, and each run takes the capped queue's one slot."""
+    order: list[tuple[str, int]] = []
+    registry = Registry()
+
+    @pgdrain.job("keyed-pages", resumable=True, registry=registry)
+    def keyed_pages(job: pgdrain.Job) -> None:
+        page = (job.state or {}).get("page", 0) + 1
+        order.append((job.payload["name"], page))
+        job.checkpoint({"page": page})
+        if page < 3:
+            raise pgdrain.Continue()
+
+    first = pgdrain.enqueue(conn, "keyed-pages", {"name": "first"}, queue="partner",
+                            ordering_key="account-7").id
+    pgdrain.enqueue(conn, "keyed-pages", {"name": "second"}, queue="partner",
+                    ordering_key="account-7")
+    pgdrain.set_queue(conn, "partner", max_running=1)
+    for _ in range(6):
+        run_drain(database_url, registry, concurrency=4)
+        if sql("SELECT count(*) AS n FROM jobs WHERE status <> 'done'")[0]["n"] == 0:
+            break
+    assert order == [("first", 1), ("first", 2), ("first", 3),
+                     ("second", 1), ("second", 2), ("second", 3)]
+    assert sql("SELECT attempts FROM jobs WHERE id = :id", id=first) == [{"attempts": 1}]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from ..claimed import decode_json
@@ -29,6 +30,20 @@ _NOT_THIS_RUNS = ("checkpoint not saved: the job is no longer this run's (reclai
 SAVE_WAIT_SECONDS = 10.0
 """How long a worker's handler waits for its checkpoint to be saved before it is told it was
 not (CheckpointNotSaved); the loop saves within a tick unless the database is slow."""
+
+
+WAIT_SLICE_SECONDS = 0.05
+"""A waiting handler wakes this often: the drain's time limit (HandlerTimeout, raised in its
+thread) reaches it within a slice, never after the whole wait."""
+
+
+def _wait(event: threading.Event, seconds: float) -> bool:
+    """``event.wait(seconds)`` in slices, so that the handler's time limit interrupts it."""
+    until = time.monotonic() + seconds
+    while not event.wait(min(WAIT_SLICE_SECONDS, max(0.0, until - time.monotonic()))):
+        if time.monotonic() >= until:
+            return False
+    return True
 
 
 class _Handed:
@@ -76,7 +91,7 @@ class Checkpoints:
             handed = _Handed(job, text)
             self.handed.put(handed)
             self.wake()
-            if not handed.done.wait(SAVE_WAIT_SECONDS):
+            if not _wait(handed.done, SAVE_WAIT_SECONDS):
                 raise CheckpointNotSaved(f"checkpoint not saved: the drain did not save it "
                                          f"within {SAVE_WAIT_SECONDS:g} s")
             if not handed.saved:
