@@ -239,7 +239,7 @@ class Job:
 
     def checkpoint(self, state: Any) -> None:
         """Save ``state`` (JSON, at most MAX_CHECKPOINT_BYTES) as where this job resumes from,
-        durably: it returns once the database has it, within a few tens of milliseconds. The
+        durably: it returns once the database has it, in a few milliseconds. The
         write is guarded by this run's lease: a run whose job was reclaimed saves nothing
         and gets CheckpointNotSaved. A job that saved a checkpoint in a run that then ran out
         of time continues (due again, no attempt spent) instead of failing that attempt.
