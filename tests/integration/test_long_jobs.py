@@ -58,7 +58,9 @@ def test_a_forty_step_job_runs_to_completion_across_short_drains(database_url, c
     # Longer than any one drain: it took several, and continuing spent no attempt.
     assert len(drains) >= 3
     assert row["attempts"] == 1
-    assert sum(d.snoozed for d in drains) == len(drains) - 1
+    # Each drain before the last continued it (or, on a machine so loaded that the drain had
+    # under a second left for it, handed it back unstarted and uncharged).
+    assert all(d.snoozed + d.released == 1 for d in drains[:-1]), drains
     # Every step ran; a step cut off before its checkpoint ran again, at most once a drain.
     assert sorted(set(ran)) == list(range(STEPS))
     assert len(ran) - STEPS <= len(drains) - 1
