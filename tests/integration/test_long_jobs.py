@@ -105,6 +105,50 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(database_url, conn, sql):
     assert seen == [{"step": 7}]
 
 
+def test_a_time_limit_that_runs_out_while_a_checkpoint_is_saved_waits_for_its_answer(
+        database_url, conn, sql, connect_to):
+    # The checkpoint's write waits on a row lock held elsewhere; the handler's 1 s limit runs
+    # out meanwhile. Raised inside the drain's read of the answer, HandlerTimeout left the
+    # answer unread on the drain's connection: the drain's next statement read it as its own
+    # and the drain failed. Now the limit waits for the answer: the checkpoint is saved, the
+    # run stops there, and the job continues from it.
+    wanted, locked = threading.Event(), threading.Event()
+    registry = Registry()
+
+    @pgdrain.job("held-checkpoint", resumable=True, timeout=1, registry=registry)
+    def held_checkpoint(job: pgdrain.Job) -> str:
+        if job.state:
+            return f"resumed at {job.state['step']}"
+        wanted.set()
+        assert locked.wait(10)
+        job.checkpoint({"step": 1})
+        time.sleep(10)  # the limit stops it here
+        return "not reached"
+
+    job = pgdrain.enqueue(conn, "held-checkpoint", {})
+    other = connect_to()
+
+    def hold_the_row() -> None:
+        assert wanted.wait(10)
+        other.run("BEGIN")
+        other.run("SELECT id FROM jobs WHERE id = :id FOR UPDATE", id=job.id)
+        locked.set()
+        time.sleep(1.5)  # past the handler's limit
+        other.run("ROLLBACK")
+
+    holder = threading.Thread(target=hold_the_row)
+    holder.start()
+    try:
+        summary = run_drain(database_url, registry, concurrency=1)
+    finally:
+        holder.join(15)
+    assert summary.stopped == "empty" and summary.error is None, summary
+    assert summary.snoozed == 1 and summary.done == 1, summary
+    row = sql("SELECT status, attempts, result, state FROM jobs WHERE id = :id", id=job.id)[0]
+    assert row == {"status": "done", "attempts": 1, "result": "resumed at 1",
+                   "state": {"step": 1}}
+
+
 def test_a_run_that_saved_nothing_and_ran_out_of_time_spends_its_attempt(database_url, conn,
                                                                           sql):
     registry = Registry()

@@ -15,10 +15,13 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
 import pytest
 
 import pgdrain
+from pgdrain.db import Session, connect
+from pgdrain.errors import DatabaseTimeout
 from pgdrain_dev.context import LambdaContext
 from tests.functions import conftest as function_fixtures
 from tests.support import jobs as test_jobs
@@ -103,6 +106,58 @@ def test_a_silent_database_fails_a_cold_connect_within_the_time_left(load_functi
     assert remaining > 0
     assert (summary["stopped"], summary["error"]) == (
         "database_error", "could not connect to the database")
+
+
+@contextmanager
+def _deadline_session(url: str, seconds: float) -> Iterator[Session]:
+    conn = connect(url)
+    try:
+        session = Session(conn, prepare=True)
+        session.deadline = time.monotonic() + seconds
+        yield session
+    finally:
+        with suppress(Exception):
+            conn.close()
+
+
+def test_a_statement_of_two_exchanges_gives_up_at_its_deadline_not_one_timeout_later(proxy):
+    # A prepared statement's first run is two exchanges (Parse, then Bind/Execute), each
+    # answered 0.6 s late: 1.2 s in all. A timeout of "the time left" set once before the
+    # statement let the second read wait a whole second again, and the answer came back
+    # 0.2 s past the deadline as if in time.
+    with _deadline_session(proxy.url(), 1.0) as session:
+        proxy.slow_answers(0.6)
+        began = time.monotonic()
+        with pytest.raises(DatabaseTimeout):
+            session.rows("connection_ping")
+    gave_up = time.monotonic() - began
+    print(f"RELIABILITY timeouts: a 1 s statement answered in 1.2 s gave up after {gave_up:.3f} s")
+    assert gave_up < 1.0 + 0.3
+
+
+def test_an_answer_that_trickles_in_cannot_hold_a_statement_past_its_deadline(proxy):
+    # One byte every 50 ms: each read gets something, so no read ever waits a whole timeout;
+    # the ping's answer (about 80 bytes) would take 4 s.
+    with _deadline_session(proxy.url(), 1.0) as session:
+        proxy.slow_answers(0.05, piece=1)
+        began = time.monotonic()
+        with pytest.raises(DatabaseTimeout):
+            session.rows("connection_ping")
+        gave_up = time.monotonic() - began
+    assert gave_up < 1.0 + 0.3
+
+
+def test_a_database_that_trickles_its_answers_cannot_hold_the_drain(load_function, conn,
+                                                                    proxy):
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 5)
+    app = load_function("drain", DATABASE_URL=proxy.url())
+    _timed(app, {}, 5)  # warm: its connection goes through the proxy
+    pgdrain.enqueue_many(conn, [{"job_type": "test-noop"}] * 5)
+    proxy.slow_answers(0.05, piece=1)
+    summary, remaining = _timed(app, {}, 3)
+    assert remaining > 0, summary
+    assert (summary["stopped"], summary["error"]) == (
+        "database_error", "the database did not answer within the time left"), summary
 
 
 def test_a_row_lock_held_elsewhere_cannot_hold_the_done_write(load_function, conn, sql):

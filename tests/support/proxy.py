@@ -7,14 +7,17 @@ socket behind a partition is never heard closing it, so the server sees an idle 
 a dead one). ``partition_on(marker)`` makes it fall silent at an exact point of the protocol:
 when a client→server chunk contains ``marker`` (a fragment of a statement's SQL text, which
 travels in the Parse message the first time a connection prepares the statement).
-``heal()`` forwards again. The upstream is the test database's own address (a Unix socket for
-the embedded server, or 127.0.0.1), so nothing leaves the machine.
+``heal()`` forwards again. ``slow_answers(seconds, piece)`` makes the server's answers late
+and, with ``piece``, dribbled out a few bytes at a time. The upstream is the test database's
+own address (a Unix socket for the embedded server, or 127.0.0.1), so nothing leaves the
+machine.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from contextlib import suppress
 from urllib.parse import urlencode, urlsplit
 
@@ -48,6 +51,8 @@ class SilentProxy:
         self._answer = False
         self._forwarded = 0
         self._armed = False  # the marker was seen; counting the chunks still forwarded
+        self._delay = 0.0
+        self._piece: int | None = None
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, application_name: str | None = None) -> str:
@@ -81,6 +86,12 @@ class SilentProxy:
         with self._lock:
             self._marker, self._forward, self._answer = marker, forward, answer
             self._forwarded, self._armed = 0, False
+
+    def slow_answers(self, seconds: float, piece: int | None = None) -> None:
+        """Hold each chunk the server sends ``seconds`` before forwarding it; with ``piece``,
+        forward it ``piece`` bytes at a time, each after ``seconds`` (a reply that trickles
+        in). ``slow_answers(0)`` forwards at once again."""
+        self._delay, self._piece = seconds, piece
 
     def heal(self) -> None:
         with self._lock:
@@ -161,6 +172,15 @@ class SilentProxy:
             if not passes:
                 continue  # dropped on the floor
             try:
-                target.sendall(data)
+                if not to_server and self._delay:
+                    self._send_slowly(target, data)
+                else:
+                    target.sendall(data)
             except OSError:
                 return
+
+    def _send_slowly(self, target: socket.socket, data: bytes) -> None:
+        piece = self._piece or len(data)
+        for at in range(0, len(data), piece):
+            time.sleep(self._delay)
+            target.sendall(data[at:at + piece])

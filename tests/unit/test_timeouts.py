@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pgdrain.errors import HandlerTimeout
-from pgdrain.timeouts import GRACE_SECONDS, TimeLimits, can_interrupt
+from pgdrain.timeouts import GRACE_SECONDS, TimeLimits, alarm_deferred, can_interrupt
 
 pytestmark = pytest.mark.skipif(not can_interrupt(), reason="needs SIGALRM in the main thread")
 
@@ -38,6 +38,32 @@ def test_an_overrun_is_stopped_inside_a_blocking_call():
     ended, fired, seconds = _run(lambda: time.sleep(5))
     assert (ended, fired) == ("HandlerTimeout", True)
     assert seconds < 1
+
+
+def test_an_alarm_during_a_deferred_block_is_raised_as_the_block_ends():
+    # The drain's own I/O inside a handler (a checkpoint): the limit runs out meanwhile, the
+    # block finishes (its write recorded), and HandlerTimeout comes right after it.
+    steps = []
+
+    def handler():
+        with alarm_deferred():
+            time.sleep(0.4)  # a statement waiting for its answer, past the 0.2 s limit
+            steps.append("answered")
+        steps.append("went on")  # never: the limit stops it first
+
+    ended, fired, seconds = _run(handler)
+    assert (ended, fired, steps) == ("HandlerTimeout", True, ["answered"])
+    assert seconds < 1
+
+
+def test_a_deferred_block_within_the_limit_changes_nothing():
+    def handler():
+        with alarm_deferred():
+            pass
+        return "ok"
+
+    assert _run(handler, 1)[:2] == ("returned 'ok'", False)
+    assert _run(lambda: time.sleep(5))[0] == "HandlerTimeout"  # nothing left held off
 
 
 def test_finally_blocks_get_a_grace_to_run():

@@ -29,6 +29,7 @@ import pg8000.native
 from pg8000.converters import TIMESTAMPTZ, timestamptz_in
 from pg8000.core import IDLE, CoreConnection
 
+from . import deadline_socket
 from .errors import ConfigError, DatabaseTimeout, DatabaseUnavailable, PgdrainError, QueryFailed
 from .sql import QUERIES, to_format
 
@@ -196,6 +197,7 @@ def connect(params: ConnectParams | str, *, timeout: float | None = None
                                            "but no password was provided")
     conn.register_in_adapter(TIMESTAMPTZ, timestamptz_from_text)
     _no_delay(conn)
+    deadline_socket.install(conn)
     return conn
 
 
@@ -342,13 +344,11 @@ class Session:
             cursor.close()
 
     def _bound_socket(self) -> None:
-        """Make the next socket reads give up at the deadline."""
-        left = self.deadline - time.monotonic()  # type: ignore[operator]
-        if left <= 0:
+        """Make the statement's reads and writes give up at the deadline."""
+        deadline: float = self.deadline  # type: ignore[assignment]
+        if deadline <= time.monotonic():
             raise NoTimeLeft("no time left for another database statement")
-        sock = getattr(self.conn, "_usock", None)
-        if sock is not None:
-            sock.settimeout(left)
+        deadline_socket.bound(self.conn, deadline)
 
     def _run_native(self, query: str, params: dict[str, Any]) -> _Result:
         if self._prepare:

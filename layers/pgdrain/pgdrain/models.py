@@ -158,8 +158,9 @@ class JobControl:
         """The last state saved (``job.state``): read when the run began, then each saved."""
         self.checkpoints_saved = 0
         """Checkpoints saved during this run."""
-        self.saver: Callable[[str], None] | None = None
-        """Saves a checkpoint (JSON text), or raises CheckpointNotSaved."""
+        self.saver: Callable[[str, Any], None] | None = None
+        """Saves a checkpoint (its JSON text, its state) and calls ``saved`` with the state
+        once the database has it, or raises CheckpointNotSaved."""
         self.resumable: bool | None = None
         """Whether the job's type is resumable, as the drain running it knows; None outside a
         drain (a handler called by a test: checkpoints are kept in memory only)."""
@@ -184,8 +185,14 @@ class JobControl:
             raise TypeError("job.checkpoint() needs a resumable type: declare it with "
                             "@pgdrain.job(..., resumable=True), so that its runs read the "
                             "state back (job.state)")
-        if self.saver is not None:
-            self.saver(text)
+        if self.saver is None:
+            self.saved(state)
+        else:
+            self.saver(text, state)
+
+    def saved(self, state: Any) -> None:
+        """A checkpoint is saved: recorded by the saver as soon as the database answered, so
+        that a time limit that interrupts the handler right after still finds it counted."""
         self.state = state
         self.checkpoints_saved += 1
 

@@ -19,7 +19,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -35,6 +36,43 @@ INSIST_SECONDS = 0.02
 def can_interrupt() -> bool:
     """Whether a time limit can stop a handler from this thread."""
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+class _Deferral:
+    """Whether the drain's thread is in an ``alarm_deferred`` block, and whether an alarm
+    came meanwhile. The alarm's Python handler runs on that thread only, between two
+    bytecodes of whatever it runs: it looks here before it raises."""
+
+    __slots__ = ("depth", "missed")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.missed = False
+
+
+_DEFERRAL = _Deferral()
+
+
+@contextmanager
+def alarm_deferred() -> Iterator[None]:
+    """Hold a time limit's HandlerTimeout off until the block ends, then raise it: around
+    the drain's own I/O that a handler calls (a checkpoint saved on the drain's connection),
+    which an exception raised mid-message would leave unusable. The block must be bounded by
+    other means (the statement's deadline).
+
+    Not by blocking SIGALRM: the kernel would hand the signal to another thread, and Python
+    would still run the handler on this one, between two bytecodes of the driver."""
+    if not can_interrupt():
+        yield
+        return
+    _DEFERRAL.depth += 1
+    try:
+        yield
+    finally:
+        _DEFERRAL.depth -= 1
+        if not _DEFERRAL.depth and _DEFERRAL.missed:
+            _DEFERRAL.missed = False
+            signal.raise_signal(signal.SIGALRM)  # the handler runs (and raises) right here
 
 
 class TimeLimits:
@@ -68,6 +106,9 @@ class TimeLimits:
             self.active = False
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        if _DEFERRAL.depth:
+            _DEFERRAL.missed = True
+            return
         limit = self._current
         if limit is None:  # a late alarm for a block that just finished
             return

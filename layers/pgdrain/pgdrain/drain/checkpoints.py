@@ -3,7 +3,9 @@ begins from, read as it begins, and each ``job.checkpoint(state)`` saved before 
 goes on, guarded by the run's claim.
 
 A handler on the drain's own thread saves through the drain's connection (the loop is
-waiting for that handler). A handler on a worker thread or the event loop hands its
+waiting for that handler), with its time limit's alarm held off until the statement has its
+answer: an exception raised mid-message would leave the drain's connection unusable. A
+handler on a worker thread or the event loop hands its
 checkpoint to the loop and wakes it; the loop saves every checkpoint handed to it in one
 statement, and the handler waits for that; the connection stays the loop's alone.
 """
@@ -15,11 +17,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..claimed import decode_json
 from ..errors import CheckpointNotSaved
 from ..models import Job
 from ..registry import Handler
+from ..timeouts import alarm_deferred
 from .ports import DrainStore
 
 log = logging.getLogger("pgdrain.drain")  # the library's one drain logger, as users filter it
@@ -47,10 +51,10 @@ def _wait(event: threading.Event, seconds: float) -> bool:
 
 
 class _Handed:
-    __slots__ = ("done", "job", "saved", "text")
+    __slots__ = ("done", "job", "saved", "state", "text")
 
-    def __init__(self, job: Job, text: str):
-        self.job, self.text = job, text
+    def __init__(self, job: Job, text: str, state: Any):
+        self.job, self.text, self.state = job, text, state
         self.saved = False
         self.done = threading.Event()
 
@@ -76,19 +80,22 @@ class Checkpoints:
         job.control.state = state
         job.control.saver = self._inline_saver(job) if inline else self._worker_saver(job)
 
-    def _inline_saver(self, job: Job) -> Callable[[str], None]:
-        def save(text: str) -> None:
-            try:
-                saved = job.id in self.store.save_checkpoints([job], [text])
-            except Exception as exc:  # the handler is told; the drain's next statement sees it
-                raise CheckpointNotSaved(f"checkpoint not saved: {exc}") from exc
+    def _inline_saver(self, job: Job) -> Callable[[str, Any], None]:
+        def save(text: str, state: Any) -> None:
+            with alarm_deferred():
+                try:
+                    saved = job.id in self.store.save_checkpoints([job], [text])
+                except Exception as exc:  # the handler is told; the drain's next statement
+                    raise CheckpointNotSaved(f"checkpoint not saved: {exc}") from exc  # too
+                if saved:
+                    job.control.saved(state)
             if not saved:
                 raise CheckpointNotSaved(_NOT_THIS_RUNS)
         return save
 
-    def _worker_saver(self, job: Job) -> Callable[[str], None]:
-        def save(text: str) -> None:
-            handed = _Handed(job, text)
+    def _worker_saver(self, job: Job) -> Callable[[str, Any], None]:
+        def save(text: str, state: Any) -> None:
+            handed = _Handed(job, text, state)
             self.handed.put(handed)
             self.wake()
             if not _wait(handed.done, SAVE_WAIT_SECONDS):
@@ -123,4 +130,6 @@ class Checkpoints:
             # checkpoint of a job that handed a later one is saved when the later one is.
             for handed in waiting:
                 handed.saved = handed.job.id in saved
+                if handed.saved:
+                    handed.job.control.saved(handed.state)
                 handed.done.set()
