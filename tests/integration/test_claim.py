@@ -90,8 +90,8 @@ def test_every_claim_returns_the_jobs_fields_in_their_order(conn):
 
     from pgdrain.models import Job
 
-    expected = [f.name for f in fields(Job)][:15]
-    assert expected[-1] == "tenant" and "payload_error" not in expected
+    expected = [f.name for f in fields(Job)][:16]
+    assert expected[-1] == "after_parents" and "payload_error" not in expected
     pgdrain.enqueue_many(conn, [{"job_type": "a", "payload": {"n": 1}, "queue": "q"},
                                 {"job_type": "b", "dedupe_key": "k"}, {"job_type": "c"}])
     session = Session(conn)
@@ -111,7 +111,7 @@ def test_every_claim_returns_the_jobs_fields_in_their_order(conn):
 
 RETURNING = """id, job_type, payload::text AS payload, attempts, max_attempts, queue, priority,
 run_at, created_at, claimed_at, lease_expires_at, lease_token::text AS lease_token,
-dedupe_key, lost_claims, tenant"""
+dedupe_key, lost_claims, tenant, after_parents"""
 """job_claim_returning's columns, to read a claimed job back as a row."""
 
 

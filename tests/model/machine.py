@@ -190,8 +190,8 @@ class QueueModel(RuleBasedStateMachine):
         # (one that ran past its bound) fails the step that meets it, not the whole run.
         self.conn.run(f"SET lock_timeout = '{STATEMENT_SECONDS}s'")
         self.conn.run(f"SET statement_timeout = '{STATEMENT_SECONDS}s'")
-        self.conn.run("TRUNCATE jobs, pgdrain_queues, pgdrain_type_rates, model_tx_writes, "
-                      "model_deleted, pgdrain_done_counts RESTART IDENTITY")
+        self.conn.run("TRUNCATE jobs, job_edges, pgdrain_queues, pgdrain_type_rates, "
+                      "model_tx_writes, model_deleted, pgdrain_done_counts RESTART IDENTITY")
         RECORDER.clear()
         self.model = Model()
         self.findings: list[str] = []
@@ -233,6 +233,29 @@ class QueueModel(RuleBasedStateMachine):
             assert earlier in ([], [result.id]), (
                 f"job {index} of the batch answered {result.id}, not the earlier job of its "
                 f"key {earlier}")
+
+    @rule(parents=st.lists(job_specs, min_size=1, max_size=3), child=job_specs,
+          after=st.sampled_from(["done", "finished"]),
+          earlier=st.one_of(st.none(), st.integers(0, 10**6)))
+    def enqueue_graph(self, parents: list[dict[str, Any]], child: dict[str, Any], after: str,
+                      earlier: int | None) -> None:
+        """Parents and a child that depends on them (``after``), in one batch; with
+        ``earlier``, the child also depends on a job enqueued before (cyclically chosen among
+        those still in the table)."""
+        STATS["step enqueue_graph"] += 1
+        batch = [enqueue_options({**spec, "dedupe": None}) for spec in parents]
+        kid = enqueue_options({**child, "dedupe": None})
+        kid["depends_on"] = [{"index": i} for i in range(len(batch))]
+        kid["after"] = after
+        present = [r["id"] for r in self.rows("SELECT id FROM jobs ORDER BY id")]
+        if earlier is not None and present:
+            kid["depends_on"].append(present[earlier % len(present)])
+        results = pgdrain.enqueue_many(self.conn, [*batch, kid])
+        for result, given in zip(results, [*batch, kid], strict=True):
+            assert result.created and result.id not in self.model.jobs, result
+            STATS["jobs enqueued"] += 1
+            self.model.jobs[result.id] = given
+        STATS[f"children after {after}"] += 1
 
     @rule(queue=st.sampled_from(QUEUES), cap=st.sampled_from([None, 1, 2, 5]),
           rate=st.sampled_from([None, None, "2/s", "5/s"]),
@@ -486,6 +509,7 @@ class QueueModel(RuleBasedStateMachine):
         self.check_rates(executions)
         self.check_transactions(rows)
         self.check_checkpoints(rows, executions)
+        self.check_dependencies(rows, executions)
 
     def deleted_as_done(self, rows: dict[int, dict[str, Any]],
                         executions: list[Execution]) -> dict[int, dict[str, Any]]:
@@ -619,3 +643,44 @@ class QueueModel(RuleBasedStateMachine):
                       if r["job_type"] == "work-tx" and r["status"] == "done")
         assert sorted(written) == done, (
             f"transactional writes {sorted(written)}, done transactional jobs {done}")
+
+    def check_dependencies(self, rows: dict[int, dict[str, Any]],
+                           executions: list[Execution]) -> None:
+        """A child waits while a parent has not ended, with exactly that many parents left;
+        it becomes due (and may run) only once every parent ended as it needs: all done
+        (after done) or each ended (after finished); one its parent cancelled names a parent
+        that ended failed or cancelled; an edge records the end its parent has. A child
+        waiting for done parents first ran after each parent's handler returned."""
+        edges: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for edge in self.rows("""
+                SELECT e.child_id, e.parent_id, e.parent_status, j.status, j.parents_left,
+                       j.after_parents, j.cancelled_by
+                FROM job_edges AS e JOIN jobs AS j ON j.id = e.child_id"""):
+            edges[edge["child_id"]].append(edge)
+        returned: dict[int, float] = {}
+        first_start: dict[int, float] = {}
+        for e in executions:
+            first_start.setdefault(e.job_id, e.started)
+            if e.outcome == "returned" and e.ended is not None:
+                returned[e.job_id] = e.ended
+        for child, mine in edges.items():
+            status, after = mine[0]["status"], mine[0]["after_parents"]
+            ends = {e["parent_id"]: e["parent_status"] for e in mine}
+            open_ = [p for p, end in ends.items() if end is None]
+            for parent, end in ends.items():
+                if end is not None and parent in rows:
+                    assert rows[parent]["status"] == end, (
+                        f"edge {parent}->{child} says {end}, the parent is {rows[parent]}")
+            if status == "waiting":
+                assert open_ and mine[0]["parents_left"] == len(open_), (child, mine)
+            elif mine[0]["cancelled_by"] is not None:
+                assert ends[mine[0]["cancelled_by"]] in ("failed", "cancelled"), (child, mine)
+            elif status != "cancelled":
+                assert not open_, f"job {child} {status} with parents not ended: {mine}"
+                if after == "done":
+                    assert set(ends.values()) == {"done"}, (child, mine)
+            if after == "done" and child in first_start:
+                late = [p for p in ends if p not in returned
+                        or returned[p] > first_start[child]]
+                assert not late, f"job {child} ran before its parents {late} returned"
+                STATS["children checked against their parents' runs"] += 1

@@ -114,6 +114,10 @@ class FakeStore:
         self._step("job_states")
         return {}
 
+    def job_parents(self, ids: Any) -> dict[int, dict[int, tuple[str, str | None]]]:
+        self._step("job_parents")
+        return {}
+
     def save_checkpoints(self, jobs: Any, states: Any) -> set[int]:
         self._step("save_checkpoints")
         return {j.id for j in jobs}

@@ -16,17 +16,22 @@ from typing import Any
 from . import store
 from .db import DEADLOCK_DETECTED, Session, as_session, sqlstate
 from .errors import DedupeContention, InvalidJobError
+from .graph import FINISHED, Graph, dependent_start, resolve
 from .models import (
+    AFTER_CHOICES,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
     JOB_FIELD_NAMES,
     MAX_DEDUPE_KEY,
     MAX_DELAY_SECONDS,
     MAX_INT,
+    MAX_JOB_ID,
+    MAX_PARENTS,
     MAX_TEXT,
     SMALLINT,
     EnqueueResult,
     NewJob,
+    ParentIndex,
 )
 from .registry import REGISTRY
 
@@ -50,6 +55,9 @@ def new_job(
     debounce: Any = None,
     ordering_key: Any = None,
     tenant: Any = None,
+    name: Any = None,
+    depends_on: Any = None,
+    after: Any = None,
     index: int | None = None,
 ) -> NewJob:
     """Validate one job's fields (``models.JOB_FIELDS``); raise InvalidJobError naming the field
@@ -71,7 +79,17 @@ def new_job(
     window, wait = _windows(check, dedupe_key, unique_for, debounce, run_at, delay_seconds)
     if wait is not None:
         delay = wait
+    parents = check.parents(depends_on)
+    if parents and dedupe_key is not None:
+        raise check.bad("depends_on", "not with dedupe_key: a job with parents is always "
+                                      "inserted")
+    if after is not None and after not in AFTER_CHOICES:
+        raise check.bad("after", f"must be one of {', '.join(AFTER_CHOICES)}")
+    if after is not None and not parents:
+        raise check.bad("after", "needs depends_on (the parents it waits for)")
     return NewJob(
+        name=None if name is None else check.text("name", name, MAX_TEXT),
+        depends_on=parents, after=after or "done",
         expires_at=expires, ttl_seconds=ttl, unique_for=window, debounce=wait,
         job_type=check.text("job_type", job_type, MAX_TEXT),
         payload_json=check.payload(payload),
@@ -155,6 +173,39 @@ class _Checker:
             raise self.bad("payload", "must be valid Unicode (it holds a lone surrogate)")
         return text
 
+    def parents(self, depends_on: Any) -> tuple[int | str | ParentIndex, ...]:
+        """``depends_on``: job ids, names of the batch's jobs, or ``{"index": n}``."""
+        if depends_on is None:
+            return ()
+        if isinstance(depends_on, str | bytes | Mapping) or not isinstance(depends_on,
+                                                                            Iterable):
+            raise self.bad("depends_on", "must be a list of parents")
+        parents: list[int | str | ParentIndex] = []
+        for item in depends_on:
+            if len(parents) == MAX_PARENTS:
+                raise self.bad("depends_on", f"must name at most {MAX_PARENTS:,} parents")
+            parents.append(self.parent(item))
+        return tuple(dict.fromkeys(parents))  # each parent once, in the order given
+
+    def parent(self, item: Any) -> int | str | ParentIndex:
+        if isinstance(item, ParentIndex):
+            item = {"index": item.position}
+        if isinstance(item, bool):
+            raise self.bad("depends_on", "must hold job ids, names or {\"index\": n}, not "
+                                         "true or false")
+        if isinstance(item, int):
+            if not 1 <= item <= MAX_JOB_ID:
+                raise self.bad("depends_on", f"job id {item} is out of range")
+            return item
+        if isinstance(item, str):
+            return self.text("depends_on", item, MAX_TEXT)
+        if isinstance(item, Mapping) and set(item) == {"index"}:
+            position = item["index"]
+            if isinstance(position, int) and not isinstance(position, bool) and position >= 0:
+                return ParentIndex(position)
+        raise self.bad("depends_on", f"{item!r:.60} is not a parent: give a job id, the name "
+                                     "of a job of the batch, or {\"index\": n}")
+
     def run_at(self, run_at: Any, name: str = "run_at") -> datetime | None:
         if run_at is None:
             return None
@@ -191,9 +242,11 @@ def enqueue(conn: Any, job_type: str, payload: Any = None, **options: Any) -> En
     """Insert one job on ``conn`` (inside its open transaction, if any) and return its id.
 
     Options: ``queue``, ``priority`` (lower runs first), ``max_attempts``, ``run_at`` (an aware
-    datetime) or ``delay_seconds``, ``dedupe_key``. If a live (pending or running) job holds
-    the same ``dedupe_key``, nothing is inserted and its id comes back with ``created=False``.
-    Raises InvalidJobError, inserting nothing, when a field is invalid.
+    datetime) or ``delay_seconds``, ``dedupe_key``, ``depends_on`` (parent job ids: the job
+    waits until they have ended) with ``after`` (``"done"``, ``"finished"``), and the rest of
+    ``models.JOB_FIELDS``. If a live (pending or running) job holds the same ``dedupe_key``,
+    nothing is inserted and its id comes back with ``created=False``. Raises
+    InvalidJobError, inserting nothing, when a field is invalid or a parent does not exist.
     """
     return enqueue_many(conn, [{"job_type": job_type, "payload": payload, **options}])[0]
 
@@ -202,12 +255,22 @@ def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any] | NewJob]) -> list[
     """Insert a batch of jobs in one statement; results are in input order.
 
     Every job is validated first: one invalid job raises InvalidJobError (with its index) and
-    nothing is inserted. Jobs are dicts with ``new_job``'s fields, or ``NewJob`` values.
+    nothing is inserted. Jobs are dicts with ``new_job``'s fields, or ``NewJob`` values. A
+    batch with ``depends_on`` is a graph: its items name their parents by id, by another
+    item's ``name`` or by ``{"index": n}``, and it goes in in one transaction (the caller's,
+    or its own), refused whole on a cycle or an unknown parent (pgdrain.graph).
     """
     batch = [_validated(job, i) for i, job in enumerate(jobs)]
     if not batch:
         return []
     session = as_session(conn)
+    if any(job.depends_on or job.name for job in batch):
+        graph = resolve(batch)  # refused here, before anything is written
+    if any(job.depends_on for job in batch):
+        if not session.autocommitting():
+            return _enqueue_graph(session, batch, graph)
+        with session.transaction():
+            return _enqueue_graph(session, batch, graph)
     if any(_windowed(job) for job in batch) and session.autocommitting():
         # A unique window or a debounce holds its key's lock until the commit: here, its own.
         return enqueue_atomically(session, batch)
@@ -238,8 +301,8 @@ def enqueue_atomically(session: Session, jobs: Iterable[Mapping[str, Any] | NewJ
     insert), run again from the start if the server breaks a deadlock by failing it.
     """
     batch = [_validated(job, i) for i, job in enumerate(jobs)]
-    if not any(job.dedupe_key for job in batch):
-        return enqueue_many(session, batch)
+    if not any(job.dedupe_key for job in batch) or any(job.depends_on for job in batch):
+        return enqueue_many(session, batch)  # a graph is its own transaction there
     for attempt in range(_DEADLOCK_ROUNDS + 1):
         try:
             with session.transaction():
@@ -276,6 +339,39 @@ def _enqueue_validated(session: Session, batch: list[NewJob]) -> list[EnqueueRes
     for i, result in zip(rest, _enqueue_plain(session, [batch[i] for i in rest]), strict=True):
         results[i] = result
     return results  # type: ignore[return-value]
+
+
+def _enqueue_graph(session: Session, batch: list[NewJob], graph: Graph) -> list[EnqueueResult]:
+    """A batch with ``depends_on``, in one transaction: the parents named by id locked and
+    checked first (one that does not exist refuses the batch before anything is inserted),
+    then the jobs inserted, then the batch's own parents locked, and the edges and each
+    child's start written. Until the commit, a parent's finishing write waits for it."""
+    known = store.mark_parents(session, sorted({p for ps in graph.parents.values()
+                                                for p in ps.by_id}))
+    for child, ps in graph.parents.items():
+        for parent in ps.by_id:
+            if parent not in known:
+                raise InvalidJobError(f"parent job {parent} does not exist", field="depends_on",
+                                      index=child)
+    results = _enqueue_validated(session, batch)
+    wanted = {child: tuple(dict.fromkeys([results[p].id for p in ps.in_batch] + list(ps.by_id)))
+              for child, ps in graph.parents.items()}
+    known.update(store.mark_parents(session, sorted(
+        {p for ps in wanted.values() for p in ps} - set(known))))
+    edges, starts = [], []
+    for child, parents in wanted.items():
+        child_id = results[child].id
+        start = dependent_start(batch[child].after, {p: known[p][0] for p in parents})
+        starts.append((child_id, start.status, start.parents_left, batch[child].after,
+                       start.cancelled_by, start.error))
+        for parent in parents:
+            status, result = known[parent]
+            ended = status if status in FINISHED else None
+            edges.append((parent, child_id, ended, result if ended == "done" else None))
+        if start.status != "pending":
+            results[child] = EnqueueResult(child_id, results[child].created, False)
+    store.set_dependencies(session, edges, starts)
+    return results
 
 
 def _enqueue_windowed(session: Session, job: NewJob) -> EnqueueResult:

@@ -26,7 +26,19 @@ class Status(enum.StrEnum):
     """Dead-lettered with its last error, out of attempts or discarded; requeue to run again."""
     CANCELLED = "cancelled"
     """Stopped by ``pgdrain.cancel`` (or plain SQL) before it ran, or asked to stop while
-    running and then ended instead of retried; never runs again. Purged with failed jobs."""
+    running and then ended instead of retried; never runs again. Purged with failed jobs.
+    Also a job whose parent (``depends_on``) ended failed or cancelled (``cancelled_by``)."""
+    WAITING = "waiting"
+    """Enqueued with ``depends_on``: waits until its parents have finished (``after``), then
+    becomes pending. No claim reads it."""
+
+
+AFTER_CHOICES = ("done", "finished")
+"""What a job with parents waits for (``after``): every parent done (the default; a parent
+that fails or is cancelled cancels it), or every parent finished, whatever its end (a
+batch's callback)."""
+MAX_PARENTS = 100_000
+"""The most parents one job may name (``depends_on``)."""
 
 
 # --- a job's fields: every reader (validation, the HTTP API, its OpenAPI document) uses these --
@@ -108,6 +120,25 @@ JOB_FIELDS: tuple[JobField, ...] = (
     JobField("tenant", _text(MAX_TEXT, nullable=True),
              "Who the job is for: while jobs name tenants, the claim takes from each tenant in "
              "turn, so one tenant's flood does not hold another's jobs back. Not blank."),
+    JobField("name", _text(MAX_TEXT, nullable=True),
+             "A name for this job within its batch, for another job of the batch to name in "
+             "depends_on. Not stored. Not blank; unique within the batch."),
+    JobField("depends_on", {"anyOf": [{"type": "array", "maxItems": MAX_PARENTS, "items": {
+                 "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_JOB_ID},
+                           _text(MAX_TEXT),
+                           {"type": "object", "required": ["index"],
+                            "additionalProperties": False,
+                            "properties": {"index": {"type": "integer", "minimum": 0}}}]}},
+                 {"type": "null"}]},
+             "The job's parents: it waits (status waiting) until they have finished, then "
+             "runs. Each is a job id, the name of a job of the same batch, or {\"index\": n} "
+             "for the batch's n-th job (from 0). A cycle or an unknown parent is refused and "
+             "nothing is inserted. Not with dedupe_key."),
+    JobField("after", {"anyOf": [{"type": "string", "enum": list(AFTER_CHOICES)},
+                                 {"type": "null"}]},
+             "With depends_on: `done` (the default) runs the job once every parent is done, "
+             "and cancels it if one ends failed or cancelled; `finished` runs it once every "
+             "parent has ended, whatever the end (a batch's callback)."),
 )
 JOB_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in JOB_FIELDS)
 JOB_OPTION_NAMES: tuple[str, ...] = tuple(n for n in JOB_FIELD_NAMES
@@ -138,6 +169,18 @@ class NewJob:
     """Jobs of one key run one at a time, in enqueue order (pgdrain.flow)."""
     tenant: str | None = None
     """The claim takes from each tenant in turn (job_claim_fair)."""
+    name: str | None = None
+    """Its name within the batch, for another item's ``depends_on``."""
+    depends_on: tuple[int | str | ParentIndex, ...] = ()
+    """Its parents: job ids, names of batch items, or batch positions."""
+    after: str = "done"
+    """What it waits for of its parents (AFTER_CHOICES)."""
+
+
+class ParentIndex(NamedTuple):
+    """A parent named by its position in the same batch (``{"index": n}``)."""
+
+    position: int
 
 
 class JobControl:
@@ -147,8 +190,8 @@ class JobControl:
     (``job.checkpoint``) is the exception: its handler waits until it is saved, through
     ``saver``, which the drain sets for a job of a resumable type."""
 
-    __slots__ = ("_lock", "_progress", "cancel_requested", "checkpoints_saved", "resumable",
-                 "saver", "state")
+    __slots__ = ("_lock", "_progress", "cancel_requested", "checkpoints_saved", "parents",
+                 "resumable", "saver", "state")
 
     def __init__(self) -> None:
         self.cancel_requested = False
@@ -164,6 +207,9 @@ class JobControl:
         self.resumable: bool | None = None
         """Whether the job's type is resumable, as the drain running it knows; None outside a
         drain (a handler called by a test: checkpoints are kept in memory only)."""
+        self.parents: dict[int, tuple[str, Any]] = {}
+        """Of a job with parents: each parent's id, its end and (done) its result, as the
+        drain read them before the run."""
 
     def report(self, progress: str) -> None:
         with self._lock:
@@ -223,6 +269,9 @@ class Job:
     above 0 the job is claimed alone, its start recorded (see policy.after_lost_lease)."""
     tenant: str | None = None
     """The tenant the job was enqueued for (``enqueue(..., tenant=)``), if any."""
+    after_parents: str | None = None
+    """Of a job enqueued with ``depends_on``: what it waited for (``"done"``, ``"finished"``);
+    its parents are then in ``parents`` and ``parent_results``."""
     payload_error: str | None = None
     """Why the stored payload could not be decoded (``payload`` is then None): the drain
     fails the job with this reason instead of running it."""
@@ -236,6 +285,21 @@ class Job:
         about a second while jobs run). Whatever the handler does, an attempt that would have
         been retried ends ``cancelled``."""
         return self.control.cancel_requested
+
+    @property
+    def parents(self) -> dict[int, str]:
+        """Of a job enqueued with ``depends_on``: each parent's id and how it ended (``done``,
+        ``failed`` or ``cancelled``), in id order. A batch's callback (``after="finished"``)
+        counts its outcomes here. Empty for a job without parents."""
+        return {parent: end for parent, (end, _) in self.control.parents.items()}
+
+    @property
+    def parent_results(self) -> dict[int, Any]:
+        """Of a job enqueued with ``depends_on``: each parent that ended done, by id, with the
+        result its handler returned (None if it returned none). Kept with the job even when
+        the parents' rows were purged."""
+        return {parent: result for parent, (end, result) in self.control.parents.items()
+                if end == "done"}
 
     @property
     def state(self) -> Any:

@@ -10,6 +10,7 @@ reports the writes that were stale.
 from __future__ import annotations
 
 import contextlib
+import json
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -72,6 +73,39 @@ def insert_jobs(conn: Any, rows: Sequence[NewJob]) -> list[dict[str, Any]]:
                             dedupe_keys=[j.dedupe_key for j in rows])
     # No dedupe key in the batch: no conflict to skip (see the catalogue).
     return session.rows("job_enqueue_batch_unkeyed", **params, dedupe_keys=None)
+
+
+def mark_parents(conn: Any, ids: Sequence[int]) -> dict[int, tuple[str, str | None]]:
+    """Lock the jobs ``ids`` and mark them as parents (job_parents_mark): how each stands,
+    its status and (done) its result as JSON text. A missing id does not come back."""
+    if not ids:
+        return {}
+    rows = as_session(conn).rows("job_parents_mark", ids=list(ids))
+    return {r["id"]: (r["status"], r["result"]) for r in rows}
+
+
+def set_dependencies(conn: Any, edges: Sequence[tuple[int, int, str | None, str | None]],
+                     starts: Sequence[tuple[int, str, int, str, int | None, str | None]]
+                     ) -> None:
+    """Write a batch's edges (parent, child, the parent's end if it had one, its result)
+    and its children's starts (id, status, parents left, after, cancelled_by, error)."""
+    e = list(zip(*edges, strict=True)) or [(), (), (), ()]
+    c = list(zip(*starts, strict=True))
+    as_session(conn).rows("job_dependencies_set", edge_parents=list(e[0]),
+                          edge_children=list(e[1]), edge_statuses=list(e[2]),
+                          edge_results=list(e[3]), ids=list(c[0]), statuses=list(c[1]),
+                          lefts=list(c[2]), afters=list(c[3]), cancelled_by=list(c[4]),
+                          errors=list(c[5]))
+
+
+def job_parents(conn: Any, ids: Sequence[int]) -> dict[int, dict[int, tuple[str, str | None]]]:
+    """The parents of jobs ``ids``: for each child, each parent's end (None: not yet) and
+    its result as JSON text."""
+    parents: dict[int, dict[int, tuple[str, str | None]]] = {}
+    for r in as_session(conn).rows("job_parents", ids=list(ids)):
+        parents.setdefault(r["child_id"], {})[r["parent_id"]] = (r["parent_status"],
+                                                                 r["parent_result"])
+    return parents
 
 
 def live_ids(conn: Any, keys: set[str | None]) -> dict[str, int]:
@@ -390,6 +424,8 @@ def get_job(conn: Any, ident: int) -> dict[str, Any] | None:
         row[column], problem = decode_json(row[column])
         if problem:
             row[f"{column}_error"] = problem
+    row["parents"] = json.loads(row["parents"] or "[]")
+    row["children"] = json.loads(row["children"] or "[]")
     return row
 
 

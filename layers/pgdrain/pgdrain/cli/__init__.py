@@ -21,11 +21,12 @@ from collections.abc import Sequence
 
 from ..db import sqlstate
 from ..errors import PgdrainError, QueryFailed, server_text
+from ..models import Status
 from ..version import VERSION
 from . import arguments
 from .output import cell
 
-STATUSES = ("pending", "running", "done", "failed", "cancelled")
+STATUSES = tuple(s.value for s in Status)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -67,8 +67,11 @@ class Checkpoints:
         """Wakes the loop (set by the loop's ``Running``), which saves what was handed."""
 
     def begin(self, job: Job, handler: Handler, *, inline: bool) -> None:
-        """Before a run: tell the job whether its type is resumable; for one that is, read
-        the state it resumes from and say how its checkpoints are saved."""
+        """Before a run: a job with parents (depends_on) gets their ends and results; tell
+        the job whether its type is resumable; for one that is, read the state it resumes
+        from and say how its checkpoints are saved."""
+        if job.after_parents is not None:
+            self._read_parents(job)
         job.control.resumable = handler.resumable
         if not handler.resumable:
             return
@@ -79,6 +82,16 @@ class Checkpoints:
                         job.id, job.job_type, problem)
         job.control.state = state
         job.control.saver = self._inline_saver(job) if inline else self._worker_saver(job)
+
+    def _read_parents(self, job: Job) -> None:
+        parents = {}
+        for parent, (end, text) in self.store.job_parents([job.id]).get(job.id, {}).items():
+            result, problem = decode_json(text)
+            if problem:
+                log.warning("job %s (%s): the result of its parent %s is not read (%s)",
+                            job.id, job.job_type, parent, problem)
+            parents[parent] = (end, result)
+        job.control.parents = parents
 
     def _inline_saver(self, job: Job) -> Callable[[str, Any], None]:
         def save(text: str, state: Any) -> None:

@@ -59,6 +59,9 @@ class DrainStore(Protocol):
     def job_states(self, ids: Sequence[int]) -> dict[int, str]:
         """The saved state (JSON text) of those of the jobs that have one."""
 
+    def job_parents(self, ids: Sequence[int]) -> dict[int, dict[int, tuple[str, str | None]]]:
+        """The parents of jobs (depends_on): for each, each parent's end and result."""
+
     def save_checkpoints(self, jobs: Sequence[Job], states: Sequence[str]) -> set[int]:
         """Save each job's checkpoint, guarded by its claim; the ids saved."""
 

@@ -84,6 +84,9 @@ class PostgresStore:
     def job_states(self, ids: Sequence[int]) -> dict[int, str]:
         return pgstore.job_states(self.session(), ids)
 
+    def job_parents(self, ids: Sequence[int]) -> dict[int, dict[int, tuple[str, str | None]]]:
+        return pgstore.job_parents(self.session(), ids)
+
     def save_checkpoints(self, jobs: Sequence[Job], states: Sequence[str]) -> set[int]:
         return pgstore.save_checkpoints(self.session(), jobs, states)
 

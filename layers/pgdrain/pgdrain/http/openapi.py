@@ -385,12 +385,21 @@ def _job_view_schema() -> dict[str, Any]:
                                      "job.checkpoint (any JSON value): where its next run "
                                      "resumes from; null if it saved none."},
             "updated_at": _DATE_TIME,
+            "parents": {"type": "array", "items": {"type": "object", "properties": {
+                "id": _job_id_schema(), "status": {"type": "string"}}, "required": ["id"]},
+                        "description": "Its parents (depends_on), each with its end or status."},
+            "children": {"type": "array", "items": _job_id_schema(),
+                         "description": "The jobs that depend on it (the first 1,000)."},
+            "parents_left": nullable(integer, "Of a job with parents: those not finished."),
+            "after_parents": nullable({"type": "string"}, "What it waits for (after)."),
+            "cancelled_by": nullable(_job_id_schema(), "The parent whose end cancelled it."),
         },
         "required": ["id", "job_type", "payload", "status", "attempts", "max_attempts",
                      "run_at", "created_at", "queue", "priority", "claimed_at",
                      "lease_expires_at", "last_error", "errors", "dedupe_key", "finished_at",
                      "updated_at", "lost_claims", "started_at", "cancel_requested_at",
-                     "expires_at", "result", "progress", "ordering_key", "tenant", "state"],
+                     "expires_at", "result", "progress", "ordering_key", "tenant", "state",
+                     "parents", "children", "parents_left", "after_parents", "cancelled_by"],
     }
 
 

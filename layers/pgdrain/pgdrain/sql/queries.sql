@@ -52,7 +52,7 @@ LIMIT 1000
 SELECT json_agg(json_build_array(
            id, job_type, payload, attempts, max_attempts, queue, priority, run_at::text,
            created_at::text, claimed_at::text, lease_expires_at::text, lease_token,
-           dedupe_key, lost_claims, tenant)
+           dedupe_key, lost_claims, tenant, after_parents)
        ORDER BY priority, run_at, id)::text AS jobs
 FROM claimed
 
@@ -73,7 +73,7 @@ claimed AS (
 -- 5,000-digit number, an array nested 3,000 deep) fails alone instead of the whole batch.
 j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts, j.queue,
 j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims, j.tenant
+j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims, j.tenant, j.after_parents
 
 -- fragment: job_claim_set(j)
 -- What every claim writes: running, an attempt spent, the lease stamped with a fresh token;
@@ -487,10 +487,11 @@ FROM (VALUES
     (4, 'app', 'SELECT, INSERT', 'pgdrain_hooked_types'),
     (5, 'app', 'SELECT, UPDATE', 'pgdrain_drain_launches'),
     (6, 'app', 'SELECT, INSERT, UPDATE, DELETE',
-     'pgdrain_done_counts, pgdrain_schedule_declarations'),
+     'pgdrain_done_counts, pgdrain_schedule_declarations, job_edges'),
     (1, 'enqueue', 'SELECT, INSERT, UPDATE', 'jobs'),
     (2, 'enqueue', 'SELECT, UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'enqueue', 'SELECT, INSERT, UPDATE', 'pgdrain_queues'),
+    (4, 'enqueue', 'SELECT, INSERT, UPDATE', 'job_edges'),
     (1, 'drain', 'SELECT, UPDATE, DELETE', 'jobs'),
     (2, 'drain', 'UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'drain', 'SELECT, UPDATE', 'pgdrain_queues'),
@@ -498,7 +499,8 @@ FROM (VALUES
     (5, 'drain', 'SELECT, INSERT', 'pgdrain_hooked_types'),
     (6, 'drain', 'SELECT, UPDATE', 'pgdrain_drain_launches'),
     (7, 'drain', 'SELECT, INSERT, UPDATE, DELETE',
-     'pgdrain_done_counts, pgdrain_schedule_declarations')
+     'pgdrain_done_counts, pgdrain_schedule_declarations'),
+    (8, 'drain', 'SELECT, UPDATE, DELETE', 'job_edges')
 ) AS g(position, part, privileges, objects)
 WHERE g.part = :part AND (g.position > 0 OR :in_schema::boolean)
 ORDER BY g.position
@@ -680,8 +682,9 @@ SELECT (SELECT count(*) FROM pgdrain_queues WHERE paused_at IS NOT NULL)::int AS
                  FROM per_queue), '[]') AS queues
 
 -- name: job_cancel
--- Cancel jobs by id, one statement: a pending one (due or not) becomes cancelled and never
--- runs; a running one is asked to stop (cancel_requested_at: its attempt then ends cancelled
+-- Cancel jobs by id, one statement: a pending one (due or not) or one waiting for its
+-- parents becomes cancelled and never runs (its own waiting children follow: see migration
+-- 0025); a running one is asked to stop (cancel_requested_at: its attempt then ends cancelled
 -- instead of retried); a finished one stays as it is. The rows are locked in id order, so two
 -- cancels never deadlock; a claim holding a row makes this wait for its commit, then see the
 -- job running. Returns each existing id with what happened: cancelled, cancel_requested, or
@@ -696,7 +699,7 @@ WITH target AS (
     UPDATE jobs AS j
     SET status = 'cancelled', finished_at = now(), updated_at = now()
     FROM target AS t
-    WHERE j.id = t.id AND t.status = 'pending'
+    WHERE j.id = t.id AND t.status IN ('pending', 'waiting')
     RETURNING j.id
 ), requested AS (
     UPDATE jobs AS j
@@ -1102,7 +1105,7 @@ RETURNING j.id
 -- jobs_done_finished_idx, and the purge then deletes it all the same (docs/benchmarks.md,
 -- "What a job writes"). A job holding a dedupe key is kept done as job_complete_batch
 -- writes it: a unique window counts done rows (job_enqueue_batch), and the janitor's purge
--- takes it. Each row is guarded by its claim; the ids that come back are the stale writes
+-- takes it; so is a parent (has_children), whose end its children's edges record. Each row is guarded by its claim; the ids that come back are the stale writes
 -- (changed nothing: the claim was lost), so a batch normally returns no row to decode. The
 -- deleted ones are counted in pgdrain_done_counts
 -- (job_overview_by_queue_type reads them), a row per queue and type, taken in one order by
@@ -1117,6 +1120,7 @@ WITH c AS (
       AND j.status = 'running'
       AND j.lease_token = c.lease_token
       AND j.dedupe_key IS NULL
+      AND NOT j.has_children
     RETURNING j.id, j.queue, j.job_type
 ), counted AS (
     INSERT INTO pgdrain_done_counts AS n (queue, job_type, minute, done)
@@ -1132,7 +1136,7 @@ WITH c AS (
     WHERE j.id = c.id
       AND j.status = 'running'
       AND j.lease_token = c.lease_token
-      AND j.dedupe_key IS NOT NULL
+      AND (j.dedupe_key IS NOT NULL OR j.has_children)
     RETURNING j.id
 )
 SELECT c.id FROM c
@@ -1213,6 +1217,32 @@ LEFT JOIN deleted AS d ON d.id = g.id
 LEFT JOIN jobs AS j ON j.id = g.id AND d.id IS NULL
 ORDER BY g.id
 
+-- name: job_dependencies_set
+-- The jobs of a batch enqueued with depends_on (just inserted, in the enqueue's transaction):
+-- their edges, with the end of each parent that had already finished, and each child's start
+-- (models.dependent_start): waiting with the parents left, pending when none is, or cancelled
+-- by a parent that already ended badly. A child cancelled here that is itself a parent of the
+-- batch cancels its own waiting children as it ends (jobs_parent_finished).
+WITH edges AS (
+    INSERT INTO job_edges (parent_id, child_id, parent_status, parent_result)
+    SELECT e.parent_id, e.child_id, e.parent_status, e.parent_result::jsonb
+    FROM unnest(:edge_parents::bigint[], :edge_children::bigint[], :edge_statuses::text[],
+                :edge_results::text[]) AS e(parent_id, child_id, parent_status, parent_result)
+    ON CONFLICT DO NOTHING
+)
+UPDATE jobs AS j
+SET status        = c.status,
+    parents_left  = c.parents_left,
+    after_parents = c.after,
+    cancelled_by  = c.cancelled_by,
+    last_error    = c.error,
+    finished_at   = CASE WHEN c.status = 'cancelled' THEN now() END,
+    updated_at    = now()
+FROM unnest(:ids::bigint[], :statuses::text[], :lefts::int[], :afters::text[],
+            :cancelled_by::bigint[], :errors::text[])
+     AS c(id, status, parents_left, after, cancelled_by, error)
+WHERE j.id = c.id
+
 -- name: job_enqueue_batch
 -- Insert jobs in input order. A live duplicate of a dedupe key (in the table or earlier in the
 -- same batch) is skipped and not returned; the caller looks its id up. `run_at` NULL means now()
@@ -1281,14 +1311,23 @@ RETURNING j.id, j.job_type, j.queue, j.status, j.last_error,
                ELSE false END AS hooked
 
 -- name: job_get
--- One job by id, with its lease and error history. The JSON columns come back as text, for
--- the caller to decode: plain SQL may have stored what the driver cannot read.
+-- One job by id, with its lease and error history, and its parents (each with its end, or
+-- its status while it has none) and first 1,000 children. The JSON columns come back as
+-- text, for the caller to decode: plain SQL may have stored what the driver cannot read.
 SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, run_at,
        created_at, queue, priority, claimed_at, lease_expires_at,
        lease_token::text AS lease_token, last_error, errors::text AS errors, dedupe_key,
        finished_at, updated_at, lost_claims, started_at, cancel_requested_at, expires_at,
        result::text AS result, progress::text AS progress, ordering_key, tenant,
-       state::text AS state
+       state::text AS state, parents_left, after_parents, cancelled_by,
+       (SELECT json_agg(json_build_object('id', e.parent_id,
+                                          'status', coalesce(e.parent_status, p.status))
+                        ORDER BY e.parent_id)::text
+        FROM job_edges AS e LEFT JOIN jobs AS p ON p.id = e.parent_id
+        WHERE e.child_id = jobs.id) AS parents,
+       (SELECT json_agg(c.child_id ORDER BY c.child_id)::text
+        FROM (SELECT child_id FROM job_edges WHERE parent_id = jobs.id
+              ORDER BY child_id LIMIT 1000) AS c) AS children
 FROM jobs
 WHERE id = :id::bigint
 
@@ -1435,6 +1474,33 @@ FULL JOIN failed AS f USING (queue, job_type)
 FULL JOIN cancelled AS c USING (queue, job_type)
 FULL JOIN done AS d USING (queue, job_type)
 ORDER BY queue, job_type
+
+-- name: job_parents
+-- The parents of jobs (depends_on): each edge, with the parent's end and (done) its result
+-- as recorded when it finished, which outlives the parent's row.
+SELECT child_id, parent_id, parent_status, parent_result::text AS parent_result
+FROM job_edges
+WHERE child_id = ANY(:ids::bigint[])
+ORDER BY child_id, parent_id
+
+-- name: job_parents_mark
+-- Lock the parents a batch names (in id order, as every such statement does), mark them as
+-- parents (has_children: their end now runs jobs_parent_finished) and return how each
+-- stands. Until the enqueue commits, a parent's finishing write waits: it then sees the
+-- new edges. An id that does not come back does not exist.
+WITH locked AS (
+    SELECT id, status, result::text AS result, has_children
+    FROM jobs
+    WHERE id = ANY(:ids::bigint[])
+    ORDER BY id
+    FOR UPDATE
+), marked AS (
+    UPDATE jobs AS j
+    SET has_children = true
+    FROM locked AS l
+    WHERE j.id = l.id AND NOT l.has_children
+)
+SELECT id, status, result FROM locked
 
 -- name: job_purge_dead_batch
 -- Delete up to :limit failed and up to :limit cancelled jobs that ended more than
