@@ -235,15 +235,17 @@ class QueueModel(RuleBasedStateMachine):
                 f"key {earlier}")
 
     @rule(parents=st.lists(job_specs, min_size=1, max_size=3), child=job_specs,
-          after=st.sampled_from(["done", "finished"]),
+          after=st.sampled_from(["done", "finished"]), succeed=st.booleans(),
           earlier=st.one_of(st.none(), st.integers(0, 10**6)))
     def enqueue_graph(self, parents: list[dict[str, Any]], child: dict[str, Any], after: str,
-                      earlier: int | None) -> None:
+                      succeed: bool, earlier: int | None) -> None:
         """Parents and a child that depends on them (``after``), in one batch; with
-        ``earlier``, the child also depends on a job enqueued before (cyclically chosen among
-        those still in the table)."""
+        ``succeed``, parents that do their work (else as drawn: many fail, snooze or time
+        out); with ``earlier``, the child also depends on a job enqueued before (cyclically
+        chosen among those still in the table)."""
         STATS["step enqueue_graph"] += 1
-        batch = [enqueue_options({**spec, "dedupe": None}) for spec in parents]
+        batch = [enqueue_options({**spec, "dedupe": None, "delay": None,
+                                  **({"do": "ok"} if succeed else {})}) for spec in parents]
         kid = enqueue_options({**child, "dedupe": None})
         kid["depends_on"] = [{"index": i} for i in range(len(batch))]
         kid["after"] = after
