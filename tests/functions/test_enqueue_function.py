@@ -223,6 +223,36 @@ def test_get_job(app, conn):
                                           "details": {"id": "abc"}})
 
 
+def test_a_graph_in_one_request_and_its_callbacks_parents_in_get_job(app, sql):
+    status, body, _ = call(app, load_event("enqueue_graph.json"))
+    assert status == 201, body
+    pages, callback = body["ids"][:2], body["ids"][2]
+    assert sql("SELECT status, parents_left, after_parents FROM jobs WHERE id = :id",
+               id=callback) == [{"status": "waiting", "parents_left": 2,
+                                 "after_parents": "finished"}]
+    event = load_event("job_get.json")
+    event["path"], event["pathParameters"] = f"/jobs/{callback}", {"id": str(callback)}
+    status, view, _ = call(app, event)
+    assert status == 200
+    assert view["parents"] == [{"id": pages[0], "status": "pending"},
+                               {"id": pages[1], "status": "pending"}]
+    assert (view["children"], view["parents_left"]) == ([], 2)
+    event["path"], event["pathParameters"] = f"/jobs/{pages[0]}", {"id": str(pages[0])}
+    assert call(app, event)[1]["children"] == [callback]
+    # A cycle is refused whole, naming the item; nothing is inserted.
+    before = job_count(sql)
+    status, body, _ = post_jobs(app, {"jobs": [
+        {"job_type": "test-noop", "name": "a", "depends_on": ["b"]},
+        {"job_type": "test-noop", "name": "b", "depends_on": ["a"]}]})
+    assert status == 422 and "cycle" in body["error"], body
+    assert body["details"] == {"field": "jobs[0].depends_on", "index": 0}
+    # An Idempotency-Key keys every job of its request: a job with parents cannot have one.
+    status, body, _ = post_jobs(app, {"job_type": "test-noop", "depends_on": [pages[0]]},
+                                headers={"Idempotency-Key": "export-7"})
+    assert status == 422 and "Idempotency-Key" in body["error"], body
+    assert job_count(sql) == before
+
+
 def test_retry_route(app, conn, sql):
     job_id = pgdrain.enqueue(conn, "test-noop", max_attempts=1).id
     event = load_event("job_retry.json")
@@ -367,8 +397,8 @@ def test_a_database_failure_answers_a_short_503_with_the_request_id(load_functio
 
 def test_sam_event_files_are_complete_proxy_events():
     for name in ("enqueue_single.json", "enqueue_batch.json", "enqueue_invalid.json",
-                 "job_get.json", "job_retry.json", "job_cancel.json", "drain_api.json",
-                 "queue_pause.json", "queue_resume.json", "queue_set.json"):
+                 "enqueue_graph.json", "job_get.json", "job_retry.json", "job_cancel.json",
+                 "drain_api.json", "queue_pause.json", "queue_resume.json", "queue_set.json"):
         event = load_event(name)
         assert {"resource", "path", "httpMethod", "headers", "requestContext", "body",
                 "isBase64Encoded"} <= set(event), name

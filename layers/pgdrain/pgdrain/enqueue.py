@@ -81,8 +81,9 @@ def new_job(
         delay = wait
     parents = check.parents(depends_on)
     if parents and dedupe_key is not None:
-        raise check.bad("depends_on", "not with dedupe_key: a job with parents is always "
-                                      "inserted")
+        raise check.bad("depends_on", "not with dedupe_key (nor with an Idempotency-Key "
+                                      "header, which keys each job): a job with parents is "
+                                      "always inserted")
     if after is not None and after not in AFTER_CHOICES:
         raise check.bad("after", f"must be one of {', '.join(AFTER_CHOICES)}")
     if after is not None and not parents:

@@ -234,7 +234,8 @@ def test_the_idempotency_key_bound_is_the_parsers():
     assert header["schema"]["maxLength"] == MAX_IDEMPOTENCY_KEY
 
 
-@pytest.mark.parametrize("event", ["enqueue_single.json", "enqueue_batch.json"])
+@pytest.mark.parametrize("event", ["enqueue_single.json", "enqueue_batch.json",
+                                   "enqueue_graph.json"])
 def test_the_example_events_bodies_are_valid_requests(event):
     document = json.loads(COMMITTED.read_text(encoding="utf-8"))
     body = json.loads(load_event(event)["body"])

@@ -267,6 +267,9 @@ def _job(item: Any, index: int | None, key: str | None, registry: Registry,
         "debounce": item.get("debounce"),
         "ordering_key": item.get("ordering_key"),
         "tenant": item.get("tenant"),
+        "name": item.get("name"),
+        "depends_on": item.get("depends_on"),
+        "after": item.get("after"),
     }
     for name in ("delay_seconds", "ttl_seconds", "unique_for", "debounce"):
         if isinstance(options[name], float) and not math.isfinite(options[name]):

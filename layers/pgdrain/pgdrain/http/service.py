@@ -105,7 +105,16 @@ class EnqueueApi:
         request = parse_enqueue(body, base64_encoded=base64_encoded, content_type=content_type,
                                 idempotency_key=idempotency_key, registry=self.registry,
                                 limits=self.limits)
-        results = enqueue_atomically(self.session(), request.jobs)
+        try:
+            results = enqueue_atomically(self.session(), request.jobs)
+        except InvalidJobError as exc:  # a graph's (a cycle, an unknown parent): none inserted
+            index = exc.index if request.batch else None
+            where = ".".join(p for p in (f"jobs[{index}]" if index is not None else "",
+                                         exc.field) if p)
+            message = str(exc).split(": ", 1)[-1]
+            raise ApiError(422, f"{where}: {message}" if where else message,
+                           {"field": where or None,
+                            **({"index": index} if index is not None else {})}) from None
         created = sum(r.created for r in results)
         answer: dict[str, Any] = {"ids": [r.id for r in results]}
         if created < len(results):
