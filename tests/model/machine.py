@@ -501,7 +501,7 @@ class QueueModel(RuleBasedStateMachine):
         STATS["checks"] += 1
         rows = {r["id"]: r for r in self.rows(
             "SELECT id, job_type, queue, status, attempts, lease_token::text AS lease_token, "
-            "ordering_key, state, payload->>'do' AS do FROM jobs")}
+            "ordering_key, state, payload->>'do' AS do, after_parents FROM jobs")}
         executions = RECORDER.snapshot()
         rows.update(self.deleted_as_done(rows, executions))
         self.check_jobs(rows)
@@ -591,7 +591,11 @@ class QueueModel(RuleBasedStateMachine):
             if rows[job_id]["ordering_key"] is not None:
                 keys[rows[job_id]["ordering_key"]].append(job_id)
         for key, ids in keys.items():
-            for earlier, later in itertools.pairwise(ids):
+            # A job with parents joins its key's line when it becomes due, not when it was
+            # enqueued (else a child listed before its parent in one batch would hold the key
+            # its parent needs): the jobs of the key after it may run while it waits.
+            for earlier, later in itertools.pairwise(
+                    [i for i in ids if rows[i].get("after_parents") is None]):
                 if not by_job.get(later):
                     continue
                 assert rows[earlier]["status"] in TERMINAL, (
