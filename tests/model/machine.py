@@ -349,7 +349,11 @@ class QueueModel(RuleBasedStateMachine):
                                f"{running_on}"
         self.check_caps(step, held)
         self.out_of_time(summaries)
-        self.check_bounded_wait(claimable, summaries, began)
+        if victim is None:
+            # A cancel during the drains locks its job (and, for a parent, its children)
+            # for its statement: a claim then skips them (SKIP LOCKED) and may find nothing
+            # else, and the drain stops empty with them due; the next drain takes them.
+            self.check_bounded_wait(claimable, summaries, began)
 
     # --- the steps' own checks ---------------------------------------------------------------
 
