@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgdrain.fanout import Ledger
-from pgdrain.models import ControlledClaim, Finish, JanitorResult, Job, Outcome, Written
+from pgdrain.flow_values import ControlledClaim
+from pgdrain.models import Finish, JanitorResult, Job, Outcome, Written
 from pgdrain.policy import DEFAULT_POLICY, Fail, Refund, after_lost_lease
 
 

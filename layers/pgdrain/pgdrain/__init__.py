@@ -26,11 +26,13 @@ from .errors import (
     HandlerTimeout,
     InvalidJobError,
     InvalidJobId,
+    InvalidSignal,
     MigrationError,
     PgdrainError,
     QueryFailed,
     Snooze,
     UnknownQueue,
+    WaitFor,
 )
 from .janitor import run_janitor
 from .models import (
@@ -42,6 +44,7 @@ from .models import (
     NewJob,
     Outcome,
     QueueStats,
+    Signal,
     Status,
     Written,
 )
@@ -50,6 +53,7 @@ from .policy import Backoff, TypePolicy
 from .registry import REGISTRY, Handler, Registry, Schedule, job, load_job_modules
 from .scheduler import schedule
 from .settings import Settings
+from .signals import SignalSent, signal
 from .settings import read as _read_setting
 from .store import (
     backlog,
@@ -100,6 +104,7 @@ __all__ = [
     "HandlerTimeout",
     "InvalidJobError",
     "InvalidJobId",
+    "InvalidSignal",
     "JanitorResult",
     "Job",
     "MigrationError",
@@ -111,10 +116,13 @@ __all__ = [
     "Registry",
     "Schedule",
     "Settings",
+    "Signal",
+    "SignalSent",
     "Snooze",
     "Status",
     "TypePolicy",
     "UnknownQueue",
+    "WaitFor",
     "Written",
     "__version__",
     "backlog",
@@ -140,5 +148,6 @@ __all__ = [
     "run_janitor",
     "schedule",
     "set_queue",
+    "signal",
     "stats",
 ]

@@ -22,7 +22,8 @@ from typing import Any
 
 from . import flow, flow_store
 from .db import Session, as_session
-from .models import ControlledClaim, FlowLimits, Job, Rate, RateWindow
+from .flow_values import ControlledClaim, FlowLimits, Rate, RateWindow
+from .models import Job
 
 
 def declare_type_rates(conn: Any, rates: Mapping[str, Rate]) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .models import MAX_DELAY_SECONDS  # models imports nothing of pgdrain: no cycle
+# models imports nothing of pgdrain: no cycle
+from .models import MAX_DELAY_SECONDS, signal_name_problem
 
 
 class PgdrainError(Exception):
@@ -111,6 +112,36 @@ class Continue(Snooze):
 
     def __init__(self, reason: str = ""):
         super().__init__(0, reason or "continues from its last checkpoint")
+
+
+class WaitFor(Snooze):
+    """Raise from a handler to wait for the signal ``name`` (``pgdrain.signal``) for at most
+    ``timeout`` seconds, holding no drain and no attempt: the job waits (status waiting),
+    its saved state (``job.checkpoint``) kept, and runs again when the signal is sent, with
+    ``job.signal.payload``, or when the timeout passes, with ``job.signal.timed_out``. A
+    signal already sent and still kept ends the wait at once. An invalid name or timeout
+    raises ValueError where the handler builds it (that attempt's failure)."""
+
+    def __init__(self, name: str, timeout: float):
+        problem = signal_name_problem(name)
+        if problem:
+            raise ValueError(f"WaitFor name {problem}")
+        seconds = float(timeout)
+        if not 0 < seconds <= MAX_DELAY_SECONDS:  # also NaN
+            raise ValueError(f"WaitFor timeout must be more than 0 and at most "
+                             f"{MAX_DELAY_SECONDS} seconds (ten years), not {timeout!r}")
+        super().__init__(seconds, f"waits for signal {name!r}")
+        self.name = name
+        self.timeout = seconds
+
+
+class InvalidSignal(PgdrainError, ValueError):
+    """A signal ``pgdrain.signal`` cannot send (its name, payload or retention); nothing was
+    written. ``field`` names what is wrong."""
+
+    def __init__(self, message: str, *, field: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
 
 
 class CheckpointNotSaved(PgdrainError):

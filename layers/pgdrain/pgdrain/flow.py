@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # Defined with the other values (the store reads and writes rates without these rules).
-from .models import Candidate as Candidate
-from .models import Rate as Rate
+from .flow_values import Candidate as Candidate
+from .flow_values import Rate as Rate
 
 MAX_RATE_LIMIT = 10_000
 """Most starts a rate may allow per period (the window trims to what can still limit: at most

@@ -12,7 +12,8 @@ from typing import Any
 
 from .claimed import claimed_job
 from .db import Session, array_literal, as_session
-from .models import Candidate, FlowLimits, Job, Rate, RateWindow
+from .flow_values import Candidate, FlowLimits, Rate, RateWindow
+from .models import Job
 
 
 def declare_type_rates(conn: Any, rates: Mapping[str, Rate]) -> None:

@@ -1,5 +1,6 @@
 """The janitor: at the top of every drain, expired leases are decided and finished, pending jobs
-past their ``expires_at`` ended failed (``expired``), old done jobs (and, after their own
+past their ``expires_at`` ended failed (``expired``), waits for signals past their timeout
+made due, expired signals forgotten, old done jobs (and, after their own
 retention, failed and cancelled ones) purged in bounded batches, and the table vacuumed when
 dead rows pile up.
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import store
+from . import signals, store
 from .db import as_session
 from .models import ExpiredLease, Finish, JanitorResult, Outcome
 from .policy import DEFAULT_POLICY, Fail, Refund, Retry, after_lost_lease
@@ -58,6 +59,8 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
         too_late = store.expire_pending(session, limit=settings.reclaim_batch_size,
                                         hooked=hooked)
         stopped = store.cancel_requested_pending(session, limit=settings.reclaim_batch_size)
+        timed_out = signals.time_out_waits(session, limit=settings.reclaim_batch_size)
+        signals.purge_signals(session, limit=settings.purge_batch_size)
         purged = _purge(session, settings)
     for job in stopped:
         log.info("job %s (%s, queue %s) was pending though asked to stop: cancelled", job["id"],
@@ -68,7 +71,8 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
     failed, refunded = outcomes.count(Outcome.FAIL), outcomes.count(Outcome.REFUND)
     return JanitorResult(ran=True, reclaimed=len(outcomes) - failed, failed=failed,
                          purged=purged, refunded=refunded, alone_due=alone_due,
-                         expired=len(too_late), cancelled=len(stopped), **seen)
+                         expired=len(too_late), cancelled=len(stopped),
+                         timed_out=len(timed_out), **seen)
 
 
 def _purge(session: Any, settings: Settings) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -30,7 +30,8 @@ class Status(enum.StrEnum):
     Also a job whose parent (``depends_on``) ended failed or cancelled (``cancelled_by``)."""
     WAITING = "waiting"
     """Enqueued with ``depends_on``: waits until its parents have finished (``after``), then
-    becomes pending. No claim reads it."""
+    becomes pending; or raised ``pgdrain.WaitFor``: waits for a signal (``wait_signal``) or
+    its timeout. No claim reads it."""
 
 
 AFTER_CHOICES = ("done", "finished")
@@ -54,6 +55,10 @@ MAX_INT = 2**31 - 1
 MAX_JOB_ID = 2**63 - 1
 MAX_DELAY_SECONDS = 10 * 365 * 86400
 """The longest a job can be put off, by enqueue's delay_seconds or by Snooze: ten years."""
+MAX_SIGNAL_NAME = 500
+"""Longest signal name (``WaitFor``, ``pgdrain.signal``)."""
+DEFAULT_SIGNAL_KEEP_SECONDS = 7 * 86400
+"""How long a signal sent is kept for the jobs that wait for it later: a week."""
 NO_NUL = "^[^\\u0000]*$"
 """A JSON schema pattern: text without NUL (PostgreSQL's text cannot hold one)."""
 DATE_TIME = {"type": "string", "format": "date-time"}
@@ -177,6 +182,18 @@ class NewJob:
     """What it waits for of its parents (AFTER_CHOICES)."""
 
 
+def signal_name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot name a signal (None: it can): text of 1 to MAX_SIGNAL_NAME
+    characters without NUL, which PostgreSQL's text cannot hold."""
+    if not isinstance(name, str):
+        return f"must be text, not {type(name).__name__}"
+    if not name or len(name) > MAX_SIGNAL_NAME:
+        return f"must be 1 to {MAX_SIGNAL_NAME} characters, not {len(name):,}"
+    if "\x00" in name:
+        return "must not contain NUL (U+0000)"
+    return None
+
+
 class ParentIndex(NamedTuple):
     """A parent named by its position in the same batch (``{"index": n}``)."""
 
@@ -191,7 +208,7 @@ class JobControl:
     ``saver``, which the drain sets for a job of a resumable type."""
 
     __slots__ = ("_lock", "_progress", "cancel_requested", "checkpoints_saved", "parents",
-                 "resumable", "saver", "state")
+                 "resumable", "saver", "signal", "state")
 
     def __init__(self) -> None:
         self.cancel_requested = False
@@ -210,6 +227,8 @@ class JobControl:
         self.parents: dict[int, tuple[str, Any]] = {}
         """Of a job with parents: each parent's id, its end and (done) its result, as the
         drain read them before the run."""
+        self.signal: Signal | None = None
+        """What the job's last wait for a signal got (``job.signal``)."""
 
     def report(self, progress: str) -> None:
         with self._lock:
@@ -244,6 +263,23 @@ class JobControl:
 
 
 @dataclass(frozen=True, slots=True)
+class Signal:
+    """What a job's wait for a signal got (``job.signal``)."""
+
+    name: str
+    received: bool
+    """True: the signal was sent (``payload`` is what the sender passed); False: the wait
+    timed out, with no payload."""
+    payload: Any = None
+    at: str | None = None
+    """When it was sent, or when the wait timed out (ISO 8601, the database's clock)."""
+
+    @property
+    def timed_out(self) -> bool:
+        return not self.received
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A claimed job, as the claim returned it. ``lease_token`` identifies this claim."""
 
@@ -272,6 +308,8 @@ class Job:
     after_parents: str | None = None
     """Of a job enqueued with ``depends_on``: what it waited for (``"done"``, ``"finished"``);
     its parents are then in ``parents`` and ``parent_results``."""
+    wait_result: str | None = None
+    """What its last wait for a signal got, as the claim read it (JSON text): ``signal``."""
     payload_error: str | None = None
     """Why the stored payload could not be decoded (``payload`` is then None): the drain
     fails the job with this reason instead of running it."""
@@ -300,6 +338,14 @@ class Job:
         the parents' rows were purged."""
         return {parent: result for parent, (end, result) in self.control.parents.items()
                 if end == "done"}
+
+    @property
+    def signal(self) -> Signal | None:
+        """What the job's last wait (``raise pgdrain.WaitFor(name, timeout=...)``) got: the
+        signal's ``name``, whether it was ``received`` and its ``payload``, or a timeout
+        (``timed_out``, no payload). None if the job never waited. Kept until it waits again,
+        so a retried run sees it too."""
+        return self.control.signal
 
     @property
     def state(self) -> Any:
@@ -345,6 +391,9 @@ class Outcome(enum.StrEnum):
     """The handler asked to wait: pending after ``delay_seconds``, the attempt given back."""
     RELEASE = "release"
     """Never started (the deadline came first): pending again at once, the attempt given back."""
+    WAIT = "wait"
+    """The handler raised WaitFor: waiting for ``signal`` until ``delay_seconds`` from now (or
+    due at once if it was sent), the attempt given back (``job_wait_batch``)."""
     REFUND = "refund"
     """The janitor's, for a lost claim with no recorded start: as RELEASE, and ``lost_claims``
     counts it."""
@@ -365,6 +414,8 @@ class Finish:
     forget: bool = False
     """With DONE and no result: delete the row instead of keeping it done (done rows are not
     kept: PGDRAIN_RETENTION_SECONDS=0); a job holding a dedupe key is kept all the same."""
+    signal: str | None = None
+    """With WAIT: the signal's name."""
 
     @classmethod
     def done(cls, job: Job, result: str | None = None, error: str | None = None, *,
@@ -383,6 +434,10 @@ class Finish:
     @classmethod
     def snooze(cls, job: Job, delay_seconds: float) -> Finish:
         return cls(job.id, job.lease_token, Outcome.SNOOZE, delay_seconds)
+
+    @classmethod
+    def wait(cls, job: Job, signal: str, timeout_seconds: float) -> Finish:
+        return cls(job.id, job.lease_token, Outcome.WAIT, timeout_seconds, signal=signal)
 
     @classmethod
     def release(cls, job: Job) -> Finish:
@@ -444,6 +499,8 @@ class JanitorResult:
     """Pending jobs past their ``expires_at``, ended failed with the error ``expired``."""
     cancelled: int = 0
     """Pending jobs asked to stop (made pending again by plain SQL), ended cancelled."""
+    timed_out: int = 0
+    """Jobs whose wait for a signal (WaitFor) timed out: due again, with no payload."""
     alone_due: bool = False
     """Whether a job to claim alone (its claim lost before) is due: the drain claims those
     first."""
@@ -536,70 +593,3 @@ class QueueStats:
 
     def total(self, status: str) -> int:
         return sum(by_status.get(status, 0) for by_status in self.counts.values())
-
-
-# --- flow control's values (the rules are pgdrain.flow's) ---------------------------------------
-
-
-class Rate(NamedTuple):
-    """At most ``limit`` starts in any ``period`` seconds."""
-
-    limit: int
-    period: float
-
-    def __str__(self) -> str:
-        for unit, seconds in (("day", 86_400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0)):
-            if self.period == seconds:
-                return f"{self.limit}/{unit}"
-        return f"{self.limit}/{self.period:g}s"
-
-
-class Candidate(NamedTuple):
-    """A due job a controlled claim may start: what its rooms depend on."""
-
-    id: int
-    queue: str
-    job_type: str
-
-
-@dataclass(frozen=True, slots=True)
-class FlowLimits:
-    """What limits a queue's or a rated job type's next starts (``scope`` "queue" or
-    "type"), read under its row's lock: its cap and running jobs (a queue's), its rate and
-    window, and the database's clock."""
-
-    scope: str
-    name: str
-    max_running: int | None
-    running: int
-    rate: Rate | None
-    starts: list[float]
-    now: float
-    tenants: bool = False
-    """Whether pending jobs name tenants (the same on every row): then the claim takes from
-    each tenant in turn."""
-
-
-@dataclass(frozen=True, slots=True)
-class RateWindow:
-    """A rate limit's window as a controlled claim read it under its row's lock: the queue's or
-    job type's (``scope``, ``name``) rate, its recorded starts (flat ``[at, count, ...]``
-    pairs, see ``flow.rate_record``) and the database's clock when read."""
-
-    scope: str
-    name: str
-    rate: Rate
-    starts: list[float]
-    now: float
-
-
-@dataclass(frozen=True, slots=True)
-class ControlledClaim:
-    """What a controlled claim took, and, when a rate limit held due work back, the seconds
-    until that limit lets one more start (None: no rate held anything back). ``rated``: the
-    jobs it took under a rate limit (their queue's or type's), each with the seconds from the
-    claim within which it must start or be handed back (``flow.start_slack``)."""
-
-    jobs: list[Job]
-    rate_free_in: float | None = None
-    rated: Mapping[int, float] = field(default_factory=dict)

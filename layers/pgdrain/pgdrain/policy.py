@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import Discard, HandlerTimeout, Snooze
+from .errors import Discard, HandlerTimeout, Snooze, WaitFor
 from .models import MAX_DELAY_SECONDS
 
 DEFAULT_BASE_SECONDS = 2.0
@@ -106,9 +106,11 @@ class Fail:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """The handler snoozed: run again after ``delay_seconds``, the attempt given back."""
+    """The handler snoozed: run again after ``delay_seconds``, the attempt given back; or,
+    with ``signal``, it waits for that signal for at most ``delay_seconds``."""
 
     delay_seconds: float
+    signal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +151,12 @@ def decide(
 ) -> Retry | Fail | Wait:
     """What happens to a job whose attempt number ``attempts`` ended with ``error``.
 
-    ``Snooze`` waits (the attempt is not spent); ``Discard``, an error ``retry_on`` does not
-    name, and the last of ``max_attempts`` fail; anything else is retried after the type's
-    backoff (or ``default``).
+    ``Snooze`` and ``WaitFor`` wait (the attempt is not spent); ``Discard``, an error
+    ``retry_on`` does not name, and the last of ``max_attempts`` fail; anything else is
+    retried after the type's backoff (or ``default``).
     """
+    if isinstance(error, WaitFor):
+        return Wait(error.timeout, error.name)
     if isinstance(error, Snooze):
         return Wait(error.delay_seconds)
     if isinstance(error, Discard) or not policy.retries(error) or attempts >= max_attempts:

@@ -52,6 +52,22 @@ def encode_checkpoint(state: Any) -> str:
     return text
 
 
+MAX_SIGNAL_PAYLOAD_BYTES = 256 * 1024
+"""The largest payload a signal carries (``pgdrain.signal``), in bytes of JSON."""
+
+
+def encode_signal_payload(payload: Any) -> str:
+    """A signal's payload as JSON text, or ValueError saying why it cannot be sent."""
+    text, problem = _json_text(payload)
+    if text is None:
+        raise ValueError(problem)
+    size = len(text.encode("utf-8"))
+    if size > MAX_SIGNAL_PAYLOAD_BYTES:
+        raise ValueError(f"{size} bytes of JSON, above the {MAX_SIGNAL_PAYLOAD_BYTES} a "
+                         "signal may carry")
+    return text
+
+
 def encode_result(value: Any, max_bytes: int) -> tuple[str | None, str | None]:
     """A handler's return value as ``(json_text, None)``; ``(None, None)`` for None (no
     result); ``(None, why)`` when it cannot be stored: not JSON-serialisable, holding a NUL,

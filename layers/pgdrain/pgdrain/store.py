@@ -18,6 +18,8 @@ from typing import Any
 from .claimed import claimed_job, claimed_jobs_from_document, decode_json
 from .db import Session, as_session
 from .errors import InvalidJobId
+from .flow_values import ControlledClaim as ControlledClaim  # drain.py's name for it
+from .flow_values import Rate
 from .models import (
     MAX_ERROR_CHARS,
     MAX_JOB_ID,
@@ -30,11 +32,9 @@ from .models import (
     QueueBacklog,
     QueueBacklogs,
     QueueStats,
-    Rate,
     TableHealth,
     Written,
 )
-from .models import ControlledClaim as ControlledClaim  # drain.py's name for it
 
 # Lock ids for pg_advisory_xact_lock; arbitrary but fixed ("pgdrain" in ASCII, then a number).
 JANITOR_LOCK_KEY = 0x70676472_61696E01
@@ -208,6 +208,18 @@ def finish_many(conn: Any, finishes: Sequence[Finish], *, hooked: Sequence[str] 
     ``hooked``: whichever process fails it (pgdrain.hooks)."""
     if not finishes:
         return Written()
+    waits = [f for f in finishes if f.outcome is Outcome.WAIT]
+    if waits:  # waits for signals: their own statement (see the catalogue)
+        rows = as_session(conn).rows("job_wait_batch", ids=[f.id for f in waits],
+                                     tokens=[f.lease_token for f in waits],
+                                     names=[f.signal for f in waits],
+                                     timeouts=[f.delay_seconds for f in waits])
+        waited = _written([f.id for f in waits], rows)
+        if len(waits) == len(finishes):
+            return waited
+        rest = finish_many(conn, [f for f in finishes if f.outcome is not Outcome.WAIT],
+                           hooked=hooked)
+        return Written(ids=waited.ids + rest.ids, stale=waited.stale + rest.stale)
     forgotten = [f for f in finishes if f.forget]
     if forgotten:  # done rows not kept: those jobs' rows go (see the catalogue)
         stale = as_session(conn).values("job_complete_forget_batch",

@@ -1,5 +1,6 @@
 """Checkpoints of resumable jobs (``@pgdrain.job(..., resumable=True)``): the state a run
-begins from, read as it begins, and each ``job.checkpoint(state)`` saved before the handler
+begins from, read as it begins (with what a job's parents and its last wait for a signal
+left it), and each ``job.checkpoint(state)`` saved before the handler
 goes on, guarded by the run's claim.
 
 A handler on the drain's own thread saves through the drain's connection (the loop is
@@ -21,7 +22,7 @@ from typing import Any
 
 from ..claimed import decode_json
 from ..errors import CheckpointNotSaved
-from ..models import Job
+from ..models import Job, Signal
 from ..registry import Handler
 from ..timeouts import alarm_deferred
 from .ports import DrainStore
@@ -72,6 +73,8 @@ class Checkpoints:
         from and say how its checkpoints are saved."""
         if job.after_parents is not None:
             self._read_parents(job)
+        if job.wait_result is not None:
+            job.control.signal = _signal(job)
         job.control.resumable = handler.resumable
         if not handler.resumable:
             return
@@ -146,3 +149,18 @@ class Checkpoints:
                 if handed.saved:
                     handed.job.control.saved(handed.state)
                 handed.done.set()
+
+
+def _signal(job: Job) -> Signal | None:
+    """What the job's last wait for a signal got (the claim's ``wait_result``), or None with
+    a warning when the stored value cannot be read (plain SQL wrote it)."""
+    value, problem = decode_json(job.wait_result)
+    try:
+        if problem:
+            raise ValueError(problem)
+        return Signal(str(value["name"]), bool(value["received"]), value.get("payload"),
+                      value.get("at"))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("job %s (%s): what its wait for a signal got is not read (%s)", job.id,
+                    job.job_type, exc)
+        return None

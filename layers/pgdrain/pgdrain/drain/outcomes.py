@@ -74,7 +74,8 @@ def failed(job: Job, handler: Handler, error: BaseException, backoff: Backoff) -
     decision = decide(error, job.attempts, job.max_attempts, policy=handler.policy,
                       default=backoff)
     if isinstance(decision, Wait):
-        return Finish.snooze(job, decision.delay_seconds)
+        return (Finish.snooze(job, decision.delay_seconds) if decision.signal is None else
+                Finish.wait(job, decision.signal, decision.delay_seconds))
     message = f"{type(error).__name__}: {error}"
     if isinstance(error, HandlerTimeout):
         message = f"HandlerTimeout: {job.job_type} {error}"

@@ -36,7 +36,8 @@ class Count(enum.StrEnum):
 
 
 COUNTED = {Outcome.DONE: Count.DONE, Outcome.RETRY: Count.RETRIED, Outcome.FAIL: Count.FAILED,
-           Outcome.SNOOZE: Count.SNOOZED, Outcome.RELEASE: Count.RELEASED}
+           Outcome.SNOOZE: Count.SNOOZED, Outcome.WAIT: Count.SNOOZED,
+           Outcome.RELEASE: Count.RELEASED}
 """The count of each outcome a finishing write records (a stale write: ``Count.STALE``)."""
 
 
@@ -54,6 +55,8 @@ class DrainSummary:
     released: int = 0
     """Claimed but handed back unstarted before the deadline, attempt refunded."""
     snoozed: int = 0
+    """Runs that snoozed, continued (pgdrain.Continue) or began a wait for a signal
+    (pgdrain.WaitFor): their attempts given back."""
     stale: int = 0
     """Finishing writes that changed nothing because the claim had been lost."""
     reclaimed_failed: int = 0

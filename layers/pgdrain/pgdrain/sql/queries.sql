@@ -52,7 +52,7 @@ LIMIT 1000
 SELECT json_agg(json_build_array(
            id, job_type, payload, attempts, max_attempts, queue, priority, run_at::text,
            created_at::text, claimed_at::text, lease_expires_at::text, lease_token,
-           dedupe_key, lost_claims, tenant, after_parents)
+           dedupe_key, lost_claims, tenant, after_parents, wait_result)
        ORDER BY priority, run_at, id)::text AS jobs
 FROM claimed
 
@@ -70,10 +70,12 @@ claimed AS (
 -- fragment: job_claim_returning(j)
 -- What every claim returns of each job it claimed (models.Job). The payload comes back as
 -- text, decoded job by job: a row inserted by plain SQL that the driver cannot decode (a
--- 5,000-digit number, an array nested 3,000 deep) fails alone instead of the whole batch.
+-- 5,000-digit number, an array nested 3,000 deep) fails alone instead of the whole batch;
+-- wait_result too (what its last wait for a signal got: job.signal), NULL for most jobs.
 j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts, j.queue,
 j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
-j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims, j.tenant, j.after_parents
+j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims, j.tenant, j.after_parents,
+j.wait_result::text AS wait_result
 
 -- fragment: job_claim_set(j)
 -- What every claim writes: running, an attempt spent, the lease stamped with a fresh token;
@@ -487,11 +489,11 @@ FROM (VALUES
     (4, 'app', 'SELECT, INSERT', 'pgdrain_hooked_types'),
     (5, 'app', 'SELECT, UPDATE', 'pgdrain_drain_launches'),
     (6, 'app', 'SELECT, INSERT, UPDATE, DELETE',
-     'pgdrain_done_counts, pgdrain_schedule_declarations, job_edges'),
+     'pgdrain_done_counts, pgdrain_schedule_declarations, job_edges, pgdrain_signals'),
     (1, 'enqueue', 'SELECT, INSERT, UPDATE', 'jobs'),
     (2, 'enqueue', 'SELECT, UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'enqueue', 'SELECT, INSERT, UPDATE', 'pgdrain_queues'),
-    (4, 'enqueue', 'SELECT, INSERT, UPDATE', 'job_edges'),
+    (4, 'enqueue', 'SELECT, INSERT, UPDATE', 'job_edges, pgdrain_signals'),
     (1, 'drain', 'SELECT, UPDATE, DELETE', 'jobs'),
     (2, 'drain', 'UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'drain', 'SELECT, UPDATE', 'pgdrain_queues'),
@@ -500,7 +502,8 @@ FROM (VALUES
     (6, 'drain', 'SELECT, UPDATE', 'pgdrain_drain_launches'),
     (7, 'drain', 'SELECT, INSERT, UPDATE, DELETE',
      'pgdrain_done_counts, pgdrain_schedule_declarations'),
-    (8, 'drain', 'SELECT, UPDATE, DELETE', 'job_edges')
+    (8, 'drain', 'SELECT, UPDATE, DELETE', 'job_edges'),
+    (9, 'drain', 'SELECT, INSERT, UPDATE, DELETE', 'pgdrain_signals')
 ) AS g(position, part, privileges, objects)
 WHERE g.part = :part AND (g.position > 0 OR :in_schema::boolean)
 ORDER BY g.position
@@ -565,6 +568,45 @@ WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at
 LIMIT :limit::int
 FOR UPDATE SKIP LOCKED
+
+-- name: janitor_signal_timeouts_batch
+-- Up to :limit jobs waiting for a signal whose timeout (run_at) has passed: due now, with
+-- no payload (wait_result says the wait timed out), for their handlers to decide. A signal
+-- sent at the same moment locks the row first or finds it pending: each wait ends once.
+-- Through jobs_signal_timeout_idx, empty unless jobs wait for signals.
+UPDATE jobs AS j
+SET status      = 'pending',
+    wait_signal = NULL,
+    wait_result = jsonb_build_object('name', j.wait_signal, 'payload', NULL,
+                                     'received', false, 'at', now()),
+    updated_at  = now()
+WHERE j.id = ANY(ARRAY(
+    SELECT id
+    FROM jobs
+    WHERE status = 'waiting' AND wait_signal IS NOT NULL AND run_at <= now()
+    ORDER BY run_at
+    LIMIT :limit::int
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING j.id, j.job_type, j.queue
+
+-- name: janitor_signals_purge_batch
+-- Delete up to :limit signals past their expires_at: sent ones kept for their retention, and
+-- rows of waits whose timeouts have all passed (the janitor times those jobs out itself).
+-- Returns how many went.
+WITH gone AS (
+    DELETE FROM pgdrain_signals
+    WHERE name = ANY(ARRAY(
+        SELECT name
+        FROM pgdrain_signals
+        WHERE expires_at <= now()
+        ORDER BY expires_at
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING 1
+)
+SELECT count(*)::int AS purged FROM gone
 
 -- name: janitor_try_lock
 -- Take the janitor's transaction-scoped advisory lock without waiting; false means another
@@ -1311,15 +1353,17 @@ RETURNING j.id, j.job_type, j.queue, j.status, j.last_error,
                ELSE false END AS hooked
 
 -- name: job_get
--- One job by id, with its lease and error history, and its parents (each with its end, or
--- its status while it has none) and first 1,000 children. The JSON columns come back as
+-- One job by id, with its lease and error history, the signal it waits for or what its last
+-- wait got, and its parents (each with its end, or its status while it has none) and first
+-- 1,000 children. The JSON columns come back as
 -- text, for the caller to decode: plain SQL may have stored what the driver cannot read.
 SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, run_at,
        created_at, queue, priority, claimed_at, lease_expires_at,
        lease_token::text AS lease_token, last_error, errors::text AS errors, dedupe_key,
        finished_at, updated_at, lost_claims, started_at, cancel_requested_at, expires_at,
        result::text AS result, progress::text AS progress, ordering_key, tenant,
-       state::text AS state, parents_left, after_parents, cancelled_by,
+       state::text AS state, parents_left, after_parents, cancelled_by, wait_signal,
+       wait_result::text AS wait_result,
        (SELECT json_agg(json_build_object('id', e.parent_id,
                                           'status', coalesce(e.parent_status, p.status))
                         ORDER BY e.parent_id)::text
@@ -1374,12 +1418,15 @@ LIMIT 1
 
 -- name: job_list
 -- The newest jobs matching the filters (NULL matches all), for `pgdrain list`; :since_seconds
--- keeps those changed in that many seconds. The last error is cut short: `pgdrain show` has it
+-- keeps those changed in that many seconds, :waiting_for the jobs waiting for their parents
+-- ('parents') or for a signal ('signal'). The last error is cut short: `pgdrain show` has it
 -- whole.
 SELECT id, job_type, queue, status, priority, attempts, max_attempts, run_at, created_at,
        updated_at, finished_at, left(last_error, 500) AS last_error
 FROM jobs
 WHERE (:status::text IS NULL OR status = :status::text)
+  AND (:waiting_for::text IS NULL
+       OR (status = 'waiting' AND (wait_signal IS NOT NULL) = (:waiting_for::text = 'signal')))
   AND (:job_type::text IS NULL OR job_type = :job_type::text)
   AND (:queue::text IS NULL OR queue = :queue::text)
   AND (:since_seconds::float8 IS NULL
@@ -1667,6 +1714,52 @@ FROM jobs
 GROUP BY queue, status
 ORDER BY queue, status
 
+-- name: job_wait_batch
+-- End runs whose handlers raised WaitFor(name, timeout), each guarded by its claim (running,
+-- same lease token): the job waits for its signal (wait_signal), status waiting until its
+-- timeout (run_at), the claim's attempt given back and its state kept. Each signal's row
+-- (pgdrain_signals) is written first, in name order, under its row lock, and read as it
+-- stands then: a signal already sent, or being sent (this waits for its transaction), makes
+-- the job due at once with its payload (wait_result) instead. signal_keep writes that row
+-- before signal_wake looks for waiting jobs, so a signal sent while a job enters its wait is
+-- never lost. A job asked to stop while it ran ends cancelled. Returns the ids that changed.
+WITH w AS (
+    SELECT w.id, w.lease_token, w.name, w.timeout_seconds
+    FROM unnest(:ids::bigint[], :tokens::uuid[], :names::text[], :timeouts::float8[])
+         AS w(id, lease_token, name, timeout_seconds)
+    JOIN jobs AS j ON j.id = w.id AND j.status = 'running' AND j.lease_token = w.lease_token
+), kept AS (
+    INSERT INTO pgdrain_signals AS s (name, expires_at)
+    SELECT w.name, max(now() + make_interval(secs => w.timeout_seconds))
+    FROM w
+    GROUP BY w.name
+    ORDER BY w.name
+    ON CONFLICT (name) DO UPDATE SET expires_at = greatest(s.expires_at, EXCLUDED.expires_at)
+    RETURNING s.name, s.sent_at, s.payload
+)
+UPDATE jobs AS j
+SET status           = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                            WHEN k.sent_at IS NOT NULL THEN 'pending'
+                            ELSE 'waiting' END,
+    attempts         = greatest(j.attempts - 1, 0),
+    run_at           = CASE WHEN k.sent_at IS NOT NULL THEN now()
+                            ELSE now() + make_interval(secs => w.timeout_seconds) END,
+    finished_at      = CASE WHEN j.cancel_requested_at IS NOT NULL THEN now()
+                            ELSE j.finished_at END,
+    wait_signal      = CASE WHEN k.sent_at IS NULL THEN w.name END,
+    wait_result      = CASE WHEN k.sent_at IS NOT NULL
+                            THEN jsonb_build_object('name', k.name, 'payload', k.payload,
+                                                    'received', true, 'at', k.sent_at) END,
+    lease_expires_at = NULL,
+    lease_token      = NULL,
+    started_at       = NULL,
+    updated_at       = now()
+FROM w JOIN kept AS k ON k.name = w.name
+WHERE j.id = w.id
+  AND j.status = 'running'
+  AND j.lease_token = w.lease_token
+RETURNING j.id, j.status
+
 -- name: jobs_due_count
 -- Claimable jobs (job_claimable) the plain, lone and fair claims could take now, counted up to
 -- :limit by a bounded scan of jobs_pending_idx, never a count of the table; the count while no
@@ -1908,6 +2001,44 @@ RETURNING s.name
 -- name: schedule_tick_enqueued
 -- Record the job enqueued for the entry's tick (for `pgdrain schedules`).
 UPDATE pgdrain_schedules SET last_job_id = :job_id::bigint WHERE name = :name::text
+
+-- name: signal_keep
+-- Send the signal :name: kept with its payload until :keep_seconds from now (a later send
+-- replaces the payload; the longer retention wins), for the jobs that wait for it later.
+-- Written before signal_wake, in the sender's transaction, under the row's lock: a job
+-- entering its wait for it (job_wait_batch) either wrote its row first (signal_wake then sees
+-- it waiting) or waits for this transaction and sees the signal sent. In REPEATABLE READ or
+-- SERIALIZABLE, a wait that committed after the transaction's snapshot makes this raise a
+-- serialization failure: retried, the transaction sees it.
+INSERT INTO pgdrain_signals AS s (name, payload, sent_at, expires_at)
+VALUES (:name::text, :payload::jsonb, now(), now() + make_interval(secs => :keep_seconds::float8))
+ON CONFLICT (name) DO UPDATE
+SET payload    = EXCLUDED.payload,
+    sent_at    = EXCLUDED.sent_at,
+    expires_at = greatest(s.expires_at, EXCLUDED.expires_at)
+RETURNING s.expires_at
+
+-- name: signal_wake
+-- Every job waiting for the signal :name (through jobs_waiting_signal_idx), due now with its
+-- payload (wait_result), locked in id order. Run after signal_keep, as its own statement: its
+-- snapshot then includes the waits that committed while signal_keep waited for their row.
+-- A job the janitor timed out first is no longer waiting, and left as it is.
+UPDATE jobs AS j
+SET status      = 'pending',
+    run_at      = now(),
+    wait_signal = NULL,
+    wait_result = jsonb_build_object('name', s.name, 'payload', s.payload,
+                                     'received', true, 'at', s.sent_at),
+    updated_at  = now()
+FROM pgdrain_signals AS s
+WHERE s.name = :name::text
+  AND j.id = ANY(ARRAY(
+      SELECT id
+      FROM jobs
+      WHERE status = 'waiting' AND wait_signal = :name::text
+      ORDER BY id
+      FOR UPDATE))
+RETURNING j.id
 
 -- name: transaction_begin
 -- Open a transaction on a connection pgdrain owns (pg8000's native API autocommits).
