@@ -434,6 +434,14 @@ class TestDoorbell:
             stubbed.assert_no_pending_responses()  # the queued response was never used
         assert "Doorbell" not in capsys.readouterr().out
 
+    def test_a_signal_that_wakes_a_job_rings_the_drain(self, app, stubbed, sql):
+        stubbed.add_response("invoke", {"StatusCode": 202}, {
+            "FunctionName": "pgdrain-drain", "InvocationType": "Event",
+            "Payload": b'{"source": "pgdrain.doorbell"}'})
+        _waiting_for(sql, "confirm:order-42")
+        assert call(app, load_event("signal_send.json"))[0] == 200
+        stubbed.assert_no_pending_responses()
+
     def test_a_failed_ring_never_fails_the_enqueue(self, app, stubbed, sql, capsys):
         stubbed.add_client_error("invoke", service_error_code="TooManyRequestsException",
                                  http_status_code=429)
@@ -498,3 +506,55 @@ def test_ordering_key_and_tenant_are_stored_and_shown(app, sql):
     event["path"], event["pathParameters"] = f"/jobs/{ident}", {"id": str(ident)}
     status, view, _ = call(app, event)
     assert (status, view["ordering_key"], view["tenant"]) == (200, "customer-7", "acme")
+
+
+def _waiting_for(sql, name: str) -> int:
+    """A job waiting for the signal ``name``, as a drain leaves one that raised WaitFor."""
+    return sql("INSERT INTO jobs (job_type, payload, status, wait_signal, run_at) "
+               "VALUES ('test-noop', '{}', 'waiting', :name, now() + interval '1 hour') "
+               "RETURNING id", name=name)[0]["id"]
+
+
+def test_send_signal_event_makes_its_waiting_job_due_with_the_payload(app, sql):
+    waiting = _waiting_for(sql, "confirm:order-42")
+    status, body, _ = call(app, load_event("signal_send.json"))
+    assert (status, body["name"], body["woken"]) == (200, "confirm:order-42", [waiting])
+    assert body["kept_until"].endswith("+00:00")
+    [row] = sql("SELECT status, wait_signal, wait_result FROM jobs")
+    assert (row["status"], row["wait_signal"]) == ("pending", None)
+    assert row["wait_result"]["payload"] == {"confirmed_by": "sarah@example.com"}
+    assert row["wait_result"]["received"] is True
+    # Sent again (no body: no payload), nothing waits: kept for later waits.
+    status, body, _ = call(app, {**load_event("signal_send.json"), "body": None})
+    assert (status, body["woken"]) == (200, [])
+    assert sql("SELECT payload FROM pgdrain_signals") == [{"payload": None}]
+
+
+@pytest.mark.parametrize(("path", "body", "code", "field"), [
+    ("/signals/a%00b", "{}", 422, "name"),
+    ("/signals/" + "x" * 501, "{}", 422, "name"),
+    ("/signals/ok", '{"payload": 1, "keep": 3}', 422, "keep"),
+    ("/signals/ok", '{"keep_seconds": -1}', 422, "keep_seconds"),
+    ("/signals/ok", '{"keep_seconds": "a week"}', 422, "keep_seconds"),
+    ("/signals/ok", "[1]", 422, None),
+    ("/signals/ok", "{", 400, None),
+])
+def test_a_signal_the_api_cannot_send_is_refused_and_sends_nothing(app, sql, path, body, code,
+                                                                   field):
+    waiting = _waiting_for(sql, "ok")
+    status, answer, _ = call(app, {**load_event("signal_send.json"), "path": path,
+                                   "body": body})
+    assert status == code, answer
+    if field:
+        assert answer["details"]["field"] == field, answer
+    assert sql("SELECT count(*) AS n FROM pgdrain_signals")[0]["n"] == 0
+    assert sql("SELECT status FROM jobs WHERE id = :id", id=waiting)[0]["status"] == "waiting"
+
+
+def test_a_signal_name_round_trips_through_the_path(app, sql):
+    name = "order/42 \u202e\U0001f600"
+    waiting = _waiting_for(sql, name)
+    from urllib.parse import quote
+    status, body, _ = call(app, {**load_event("signal_send.json"),
+                                 "path": "/signals/" + quote(name, safe="")})
+    assert (status, body["name"], body["woken"]) == (200, name, [waiting])

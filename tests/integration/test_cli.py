@@ -948,3 +948,30 @@ def test_no_command_lets_a_control_character_from_the_database_reach_the_termina
     shown = runs["show", str(failed[0])].stdout
     assert "line 2 ok\\rEVIL" in shown  # the error's own lines kept, its CR escaped
     assert runs["pause", HOSTILE["rlo"] + "-typo"].returncode == 2
+
+
+def test_signal_from_the_shell_and_listing_what_jobs_wait_for(database_url, conn, sql):
+    parent = pgdrain.enqueue(conn, "a").id
+    child = pgdrain.enqueue(conn, "b", depends_on=[parent]).id
+    waiting = sql("INSERT INTO jobs (job_type, payload, status, wait_signal, run_at) "
+                  "VALUES ('c', '{}', 'waiting', 'confirm:42', now() + interval '1 hour') "
+                  "RETURNING id")[0]["id"]
+    listed = pgdrain_cli(database_url, "list", "--waiting-for", "signal", "--json")
+    assert [r["id"] for r in json.loads(listed.stdout)] == [waiting]
+    assert json.loads(listed.stdout)[0]["waits_for"] == "signal confirm:42"
+    listed = pgdrain_cli(database_url, "list", "--waiting-for", "parents")
+    assert "1 parent(s)" in listed.stdout and "confirm:42" not in listed.stdout
+    assert [r["id"] for r in json.loads(pgdrain_cli(
+        database_url, "list", "--waiting-for", "parents", "--json").stdout)] == [child]
+    result = pgdrain_cli(database_url, "signal", "confirm:42", "--payload", '{"ok": true}',
+                         "--keep", "1h")
+    assert result.returncode == 0, result.stderr
+    assert f"sent 'confirm:42': 1 job(s) due now ({waiting}); kept until" in result.stdout
+    row = sql("SELECT status, wait_result FROM jobs WHERE id = :id", id=waiting)[0]
+    assert row["status"] == "pending" and row["wait_result"]["payload"] == {"ok": True}
+    shown = json.loads(pgdrain_cli(database_url, "show", str(waiting), "--json").stdout)
+    assert shown["wait_result"]["received"] is True and shown["wait_signal"] is None
+    refused = pgdrain_cli(database_url, "signal", "a\x01" * 300)
+    assert refused.returncode == 1 and "name: must be 1 to 500 characters" in refused.stderr
+    bad = pgdrain_cli(database_url, "signal", "x", "--payload", "{nope")
+    assert bad.returncode == 2 and "not JSON" in bad.stderr

@@ -53,8 +53,8 @@ from .policy import Backoff, TypePolicy
 from .registry import REGISTRY, Handler, Registry, Schedule, job, load_job_modules
 from .scheduler import schedule
 from .settings import Settings
-from .signals import SignalSent, signal
 from .settings import read as _read_setting
+from .signals import SignalSent, signal
 from .store import (
     backlog,
     claim,

@@ -432,7 +432,7 @@ def get_job(conn: Any, ident: int) -> dict[str, Any] | None:
     row = as_session(conn).one("job_get", id=job_id(ident))
     if row is None:
         return None
-    for column in ("payload", "errors", "result", "progress", "state"):
+    for column in ("payload", "errors", "result", "progress", "state", "wait_result"):
         row[column], problem = decode_json(row[column])
         if problem:
             row[f"{column}_error"] = problem
@@ -500,10 +500,12 @@ def overview(conn: Any) -> list[dict[str, Any]]:
 
 def list_jobs(conn: Any, *, status: str | None = None, job_type: str | None = None,
               queue: str | None = None, since_seconds: float | None = None,
-              limit: int = 50) -> list[dict[str, Any]]:
-    """The newest ``limit`` jobs matching the filters (None matches all), newest first."""
+              waiting_for: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest ``limit`` jobs matching the filters (None matches all), newest first;
+    ``waiting_for``: the jobs waiting for their ``parents`` or for a ``signal``."""
     return as_session(conn).rows("job_list", status=status, job_type=job_type, queue=queue,
-                                 since_seconds=since_seconds, limit=limit)
+                                 since_seconds=since_seconds, waiting_for=waiting_for,
+                                 limit=limit)
 
 
 # --- queues set at run time (see pgdrain.control) -------------------------------------------

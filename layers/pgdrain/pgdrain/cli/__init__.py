@@ -1,7 +1,7 @@
 """The pgdrain command: operate the queue from a shell.
 
 ``migrate``, ``stats``, ``queues``, ``list``, ``show``, ``enqueue``, ``requeue``,
-``run-now``, ``purge``, ``delete``, ``cancel``, ``pause``, ``resume``, ``queue set``,
+``run-now``, ``purge``, ``delete``, ``cancel``, ``pause``, ``resume``, ``queue set``, ``signal``,
 ``schedules``, ``grants``, ``janitor`` and ``top``;
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
                      "job's wait, done in the last minute and hour; drains running")
     listing = command("list", "the newest jobs, filtered")
     listing.add_argument("--status", choices=STATUSES)
+    listing.add_argument("--waiting-for", choices=("parents", "signal"),
+                         help="only jobs waiting for their parents (depends_on) or for a "
+                              "signal (WaitFor)")
     _filters(listing)
     listing.add_argument("--since", type=arguments.duration, metavar="AGE",
                          help="only jobs changed in the last AGE (90s, 15m, 1h, 7d)")
@@ -98,6 +101,13 @@ def _parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--dedupe-key", metavar="KEY",
                          help="skip it if a live job holds this key (its id comes back)")
     enqueue.add_argument("--max-attempts", type=arguments.positive_int, metavar="N")
+    send = command("signal", "send a signal: the jobs waiting for it (WaitFor) become due "
+                             "with its payload; kept for jobs that wait for it later")
+    send.add_argument("name", metavar="NAME")
+    send.add_argument("--payload", type=arguments.json_value, metavar="JSON",
+                      help="what the waiting jobs get (any JSON; default null)")
+    send.add_argument("--keep", type=arguments.duration, metavar="AGE",
+                      help="how long it is kept for later waits (default 7d)")
     command("queues", "every queue: paused, cap, rate, and its due, scheduled, running and "
                       "failed jobs")
     grants = command("grants", "the GRANT statements a role needs to run the functions "

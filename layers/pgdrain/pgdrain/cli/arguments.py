@@ -107,6 +107,16 @@ def _shown(raw: str) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+def json_value(raw: str) -> Any:
+    """Any JSON value given on the command line (a signal's payload)."""
+    import json
+
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+
+
 def json_object(raw: str) -> dict[str, Any]:
     """A JSON object given on the command line (a job's payload)."""
     import json

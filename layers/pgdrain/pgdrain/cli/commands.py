@@ -33,7 +33,7 @@ MIGRATION_COLUMNS: Sequence[Column] = (
 LIST_COLUMNS: Sequence[Column] = (
     ("id", "ID"), ("job_type", "TYPE"), ("queue", "QUEUE"), ("status", "STATUS"),
     ("tries", "ATTEMPTS"), ("run_at", "RUN AT (UTC)"), ("updated_at", "UPDATED (UTC)"),
-    ("last_error", "LAST ERROR"),
+    ("waits_for", "WAITS FOR"), ("last_error", "LAST ERROR"),
 )
 
 
@@ -114,7 +114,8 @@ def _resume_hint(name: str) -> str:
 
 def list_jobs(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     rows = store.list_jobs(conn, status=args.status, job_type=args.job_type, queue=args.queue,
-                           since_seconds=args.since, limit=args.limit)
+                           since_seconds=args.since, waiting_for=args.waiting_for,
+                           limit=args.limit)
     if args.json:
         print(output.to_json(rows), file=out)
         return 0
@@ -231,6 +232,25 @@ def run_now(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
         print(f"pgdrain run-now: job {ident} was not made due: {reason}",
               file=output_errors(out))
     return 1 if refused else 0
+
+
+def send_signal(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from ..db import as_session
+    from ..signals import signal
+
+    options = {} if args.keep is None else {"keep_seconds": args.keep}
+    with as_session(conn).transaction() as session:
+        sent = signal(session, args.name, args.payload, **options)
+    if args.json:
+        print(output.to_json({"name": sent.name, "woken": list(sent.woken),
+                              "kept_until": sent.kept_until}), file=out)
+    else:
+        woken = ", ".join(map(str, sent.woken[:50])) + (
+            f" and {len(sent.woken) - 50} more" if len(sent.woken) > 50 else "")
+        kept = output.cell(sent.kept_until)
+        print(f"sent {output.quoted(sent.name)}: {len(sent.woken)} job(s) due now"
+              + (f" ({woken})" if woken else "") + f"; kept until {kept} UTC", file=out)
+    return 0
 
 
 def enqueue(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
@@ -414,5 +434,5 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], int]] = {
     "migrate": migrate, "stats": stats, "list": list_jobs, "show": show, "requeue": requeue,
     "purge": purge, "janitor": janitor, "cancel": cancel, "pause": pause, "resume": resume,
     "schedules": schedules, "queue": queue, "queues": queues, "delete": delete,
-    "run-now": run_now, "enqueue": enqueue, "grants": grants,
+    "run-now": run_now, "enqueue": enqueue, "grants": grants, "signal": send_signal,
 }

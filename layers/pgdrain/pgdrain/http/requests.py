@@ -138,6 +138,28 @@ def parse_queue_settings(body: str | None, *, base64_encoded: bool = False,
     return {k: document[k] for k in QUEUE_SETTINGS if k in document}
 
 
+SIGNAL_FIELDS = ("payload", "keep_seconds")
+
+
+def parse_signal(body: str | None, *, base64_encoded: bool = False,
+                 content_type: str | None = None) -> dict[str, Any]:
+    """Validate a ``POST /signals/{name}`` body, ``{"payload": any JSON, "keep_seconds": N}``
+    (both optional; no body at all sends no payload); raise ApiError (400, 415 or 422) if it
+    is not one. The values are ``pgdrain.signal``'s to check."""
+    json_content_type(content_type)
+    if body is None or body == "":
+        return {}
+    document = _decode(body, base64_encoded)
+    if not isinstance(document, dict):
+        raise ApiError(422, 'the body must be a JSON object: {"payload": ..., '
+                            '"keep_seconds": N} (both optional)')
+    unknown = sorted(set(document) - set(SIGNAL_FIELDS))
+    if unknown:
+        raise ApiError(422, f"{unknown[0][:60]}: unknown field; a signal has "
+                            f"{', '.join(SIGNAL_FIELDS)}", {"field": unknown[0][:60]})
+    return document
+
+
 def _charset(parameters: str) -> str | None:
     """The ``charset`` of a Content-Type's parameters, lower case and unquoted; None if absent."""
     for parameter in parameters.split(";"):

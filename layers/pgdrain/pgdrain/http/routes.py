@@ -55,6 +55,8 @@ ROUTES: tuple[Route, ...] = (
           "Resume a paused queue: drains claim its jobs again", "enqueue"),
     Route("PUT", "/queues/{queue}", "setQueue",
           "Set a queue's concurrency cap (max_running, null for none)", "enqueue"),
+    Route("POST", "/signals/{name}", "sendSignal",
+          "Send a signal: the jobs waiting for it become due with its payload", "enqueue"),
     Route("POST", "/drain", "drainNow", "Start a drain now (the drain function)", "drain"),
 )
 

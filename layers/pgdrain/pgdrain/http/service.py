@@ -22,11 +22,12 @@ from ..errors import (
     DedupeContention,
     InvalidJobError,
     InvalidJobId,
+    InvalidSignal,
     QueryFailed,
     UnknownQueue,
 )
 from ..registry import Registry
-from .requests import ApiError, Limits, parse_enqueue, parse_queue_settings
+from .requests import ApiError, Limits, parse_enqueue, parse_queue_settings, parse_signal
 from .routes import ROUTES, allowed_methods
 
 BAD_ID = "the job id must be an integer from 1 to 9223372036854775807"
@@ -94,6 +95,10 @@ class EnqueueApi:
             return self.set_queue(request.path_params["queue"], request.body,
                                   base64_encoded=request.base64_encoded,
                                   content_type=request.headers.get("content-type"))
+        if operation_id == "sendSignal":
+            return self.send_signal(request.path_params["name"], request.body,
+                                    base64_encoded=request.base64_encoded,
+                                    content_type=request.headers.get("content-type"))
         if operation_id in ("pauseQueue", "resumeQueue"):
             return self.set_paused(request.path_params["queue"],
                                    paused=operation_id == "pauseQueue")
@@ -199,6 +204,30 @@ class EnqueueApi:
             self.session(), queue, **settings))
         return Response(200, job_view(state), metrics={"QueueSettingsChanged": 1},
                         log=LogLine("info", "queue set", {"queue": queue, **settings}))
+
+
+    def send_signal(self, name: str, body: str | None, *, base64_encoded: bool,
+                    content_type: str | None = None) -> Response:
+        """``POST /signals/{name}`` with ``{"payload": ..., "keep_seconds": N}``: 200 with the
+        jobs it made due (``woken``) and until when it is kept; 422 for a name, payload or
+        retention it cannot have, nothing sent. Committed before the answer; the drain is
+        rung when a job became due."""
+        from ..signals import signal
+
+        fields = parse_signal(body, base64_encoded=base64_encoded, content_type=content_type)
+        session = self.session()
+        try:
+            with session.transaction():
+                sent = signal(session, name, **fields)
+        except InvalidSignal as exc:
+            raise ApiError(422, str(exc), {"field": exc.field}) from None
+        kept = sent.kept_until
+        return Response(200, {"name": name, "woken": list(sent.woken),
+                              "kept_until": kept.isoformat() if isinstance(kept, datetime)
+                              else kept},
+                        metrics={"SignalsSent": 1, "JobsWoken": len(sent.woken)},
+                        ring=bool(sent.woken),
+                        log=LogLine("info", "signal", {"woken": len(sent.woken)}))
 
 
 def _queue_change(queue: str, change: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -1422,7 +1422,10 @@ LIMIT 1
 -- ('parents') or for a signal ('signal'). The last error is cut short: `pgdrain show` has it
 -- whole.
 SELECT id, job_type, queue, status, priority, attempts, max_attempts, run_at, created_at,
-       updated_at, finished_at, left(last_error, 500) AS last_error
+       updated_at, finished_at, left(last_error, 500) AS last_error,
+       CASE WHEN status = 'waiting'
+            THEN coalesce('signal ' || wait_signal, parents_left || ' parent(s)') END
+           AS waits_for
 FROM jobs
 WHERE (:status::text IS NULL OR status = :status::text)
   AND (:waiting_for::text IS NULL
