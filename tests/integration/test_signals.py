@@ -300,3 +300,34 @@ def test_a_child_waiting_for_a_signal_is_left_alone_when_its_parent_is_requeued(
     pgdrain.signal(conn, "confirm:31", "go")
     run_drain(database_url, orders.registry)
     assert _row(sql, child)["status"] == "done"
+
+
+def test_the_readmes_signal_example_runs_as_written(database_url, conn, sql, monkeypatch):
+    import re
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    example = re.search(r"<!-- signal-example -->\n```python\n(.*?)```", readme, re.DOTALL)[1]
+    registry = Registry()
+    released: list[object] = []
+    # As written, but registered in a registry of the test's own (the one change).
+    monkeypatch.setattr(pgdrain, "job", lambda *a, **k: pgdrain.registry.job(
+        *a, **k, registry=registry))
+    names: dict = {"reserve_stock": lambda order: f"r-{order}",
+                   "release_stock": released.append}
+    exec(example, names)
+    monkeypatch.setattr(sys.modules["pgdrain.enqueue"], "REGISTRY", registry)
+    confirmed = pgdrain.enqueue(conn, "ship-order", {"order": 1}).id
+    forgotten = pgdrain.enqueue(conn, "ship-order", {"order": 2}).id
+    run_drain(database_url, registry)
+    conn.run("BEGIN")
+    names["confirm"](conn, 1, "sarah")
+    conn.run("COMMIT")
+    # Two days pass for the other: its timeout.
+    sql("UPDATE jobs SET run_at = now() - interval '1 second' WHERE id = :id", id=forgotten)
+    run_drain(database_url, registry)
+    results = {r["id"]: r["result"] for r in sql("SELECT id, result FROM jobs")}
+    assert results == {confirmed: {"shipped": True, "by": "sarah"},
+                       forgotten: {"shipped": False}}
+    assert released == ["r-2"]

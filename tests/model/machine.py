@@ -45,7 +45,14 @@ from pgdrain.models import Finish
 from pgdrain.policy import Backoff
 from pgdrain.store import DRAIN_SLOT_LOCK_KEY
 from tests.model import checks
-from tests.model.model_jobs import RECORDER, REGISTRY, STEPS, TYPE_RATE, Execution
+from tests.model.model_jobs import (
+    RECORDER,
+    REGISTRY,
+    SIGNALS,
+    STEPS,
+    TYPE_RATE,
+    Execution,
+)
 from tests.support.drains import connector_to, run_drain
 
 QUEUES = ("default", "a", "b")
@@ -111,14 +118,21 @@ class Model:
         default_factory=lambda: defaultdict(list))
     """Per queue: (since when, by the monotonic clock, the rate in force)."""
     paused: set[str] = field(default_factory=set)
+    sent: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
+    """Per signal: (when its send began, by the monotonic clock, its payload)."""
 
 
 CANCELS = st.one_of(st.none(), st.none(), st.integers(0, 10**6))
+SENDS = st.one_of(st.none(), st.none(), st.sampled_from(SIGNALS))
+"""A drain step's signal sent while its drains run: mostly none."""
+_PAYLOADS = itertools.count(1)
 """A drain step's cancel: mostly none, else which known job (cyclically) to cancel."""
 
 job_specs = st.fixed_dictionaries({
     "job_type": st.sampled_from(["work", "work", "work-tx", "work-rated", "work-resumable"]),
-    "do": st.sampled_from(["ok", "ok", "ok", "fail", "snooze", "discard", "timeout", "steps"]),
+    "do": st.sampled_from(["ok", "ok", "ok", "fail", "snooze", "discard", "timeout", "steps",
+                           "wait"]),
+    "signal": st.sampled_from(SIGNALS),
     "queue": st.sampled_from(QUEUES),
     "priority": st.sampled_from([0, 0, -1, 3]),
     "delay": st.sampled_from([None, None, None, 60]),
@@ -132,7 +146,8 @@ job_specs = st.fixed_dictionaries({
 
 
 def enqueue_options(spec: dict[str, Any]) -> dict[str, Any]:
-    options: dict[str, Any] = {"job_type": spec["job_type"], "payload": {"do": spec["do"]},
+    payload = {"do": spec["do"], **({"signal": spec["signal"]} if spec["do"] == "wait" else {})}
+    options: dict[str, Any] = {"job_type": spec["job_type"], "payload": payload,
                                "queue": spec["queue"], "priority": spec["priority"],
                                "max_attempts": spec["max_attempts"]}
     for name in ("ordering_key", "tenant"):
@@ -191,7 +206,8 @@ class QueueModel(RuleBasedStateMachine):
         self.conn.run(f"SET lock_timeout = '{STATEMENT_SECONDS}s'")
         self.conn.run(f"SET statement_timeout = '{STATEMENT_SECONDS}s'")
         self.conn.run("TRUNCATE jobs, job_edges, pgdrain_queues, pgdrain_type_rates, "
-                      "model_tx_writes, model_deleted, pgdrain_done_counts RESTART IDENTITY")
+                      "model_tx_writes, model_deleted, pgdrain_done_counts, pgdrain_signals "
+                      "RESTART IDENTITY")
         RECORDER.clear()
         self.model = Model()
         self.findings: list[str] = []
@@ -289,10 +305,20 @@ class QueueModel(RuleBasedStateMachine):
                             started_at = started_at - make_interval(secs => :s),
                             finished_at = finished_at - make_interval(secs => :s)""",
                       s=float(seconds))
+        self.conn.run("""
+            UPDATE pgdrain_signals SET sent_at = sent_at - make_interval(secs => :s),
+                                       expires_at = expires_at - make_interval(secs => :s)""",
+                      s=float(seconds))
         if janitor:
             STATS["step janitor"] += 1
             pgdrain.run_janitor(self.conn, Settings(**settings_given(self.retention_seconds)),
                                 REGISTRY)
+
+    @rule(name=st.sampled_from(SIGNALS))
+    def send_signal(self, name: str) -> None:
+        """The app sends a signal (a fresh payload each time)."""
+        STATS["step send_signal"] += 1
+        self.send_now(name)
 
     @precondition(lambda self: len(self.model.dead_claims) < 3)
     @rule(batch=st.integers(1, 3), fair=st.booleans())
@@ -311,25 +337,25 @@ class QueueModel(RuleBasedStateMachine):
 
     @rule(drains=st.integers(1, 3), concurrency=st.sampled_from([1, 3]),
           max_drains=st.integers(1, 3), max_jobs=st.sampled_from([3, 100]),
-          batch_size=st.sampled_from([1, 10]), cancel=CANCELS)
+          batch_size=st.sampled_from([1, 10]), cancel=CANCELS, send=SENDS)
     def drain(self, drains: int, concurrency: int, max_drains: int, max_jobs: int,
-              batch_size: int, cancel: int | None) -> None:
+              batch_size: int, cancel: int | None, send: str | None) -> None:
         """Drains at once; with ``cancel``, a job (the cancel-th known, cyclically) is
-        cancelled while they run."""
+        cancelled while they run; with ``send``, that signal is sent while they run."""
         STATS["step drain"] += 1
-        self.drain_step(drains, concurrency, max_drains, max_jobs, batch_size, cancel)
+        self.drain_step(drains, concurrency, max_drains, max_jobs, batch_size, cancel, send)
 
     @rule(drains=st.integers(1, 3), concurrency=st.sampled_from([1, 3]),
           max_drains=st.integers(1, 3), max_jobs=st.sampled_from([3, 100]),
-          batch_size=st.sampled_from([1, 10]), cancel=CANCELS)
+          batch_size=st.sampled_from([1, 10]), cancel=CANCELS, send=SENDS)
     def drain_again(self, drains: int, concurrency: int, max_drains: int, max_jobs: int,
-                    batch_size: int, cancel: int | None) -> None:
+                    batch_size: int, cancel: int | None, send: str | None) -> None:
         """The same as ``drain``: a second rule makes drains a larger share of the steps."""
         STATS["step drain"] += 1
-        self.drain_step(drains, concurrency, max_drains, max_jobs, batch_size, cancel)
+        self.drain_step(drains, concurrency, max_drains, max_jobs, batch_size, cancel, send)
 
     def drain_step(self, drains: int, concurrency: int, max_drains: int, max_jobs: int,
-                   batch_size: int, cancel: int | None) -> None:
+                   batch_size: int, cancel: int | None, send: str | None = None) -> None:
         claimable = self.claim_everything()
         held = self.held_by_dead_drains()
         began = time.monotonic()
@@ -337,7 +363,7 @@ class QueueModel(RuleBasedStateMachine):
         if cancel is not None and self.model.jobs:
             ids = sorted(self.model.jobs)
             victim = ids[cancel % len(ids)]
-        summaries, errors = self.run_drains(drains, victim, concurrency=concurrency,
+        summaries, errors = self.run_drains(drains, victim, send, concurrency=concurrency,
                                             max_drains=max_drains, max_jobs=max_jobs,
                                             batch_size=batch_size)
         assert not errors, errors
@@ -425,7 +451,12 @@ class QueueModel(RuleBasedStateMachine):
         if outcome in ("cancelled", "cancel_requested"):
             self.model.cancels.setdefault(job_id, Cancel(outcome, time.monotonic()))
 
-    def run_drains(self, count: int, victim: int | None, **settings: Any
+    def send_now(self, name: str) -> None:
+        payload = next(_PAYLOADS)
+        self.model.sent[name].append((time.monotonic(), payload))
+        pgdrain.signal(self.conn, name, payload)
+
+    def run_drains(self, count: int, victim: int | None, send: str | None, **settings: Any
                    ) -> tuple[list[Any], list[str]]:
         summaries: list[Any] = []
         errors: list[str] = []
@@ -446,6 +477,10 @@ class QueueModel(RuleBasedStateMachine):
         if victim is not None:
             time.sleep(0.05)
             self.cancel_now(victim)
+        if send is not None:
+            time.sleep(0.05)
+            STATS["signals sent while drains ran"] += 1
+            self.send_now(send)
         for thread in threads:
             thread.join(60)
         sampler.stop.set()
@@ -505,7 +540,8 @@ class QueueModel(RuleBasedStateMachine):
         STATS["checks"] += 1
         rows = {r["id"]: r for r in self.rows(
             "SELECT id, job_type, queue, status, attempts, lease_token::text AS lease_token, "
-            "ordering_key, state, payload->>'do' AS do, after_parents FROM jobs")}
+            "ordering_key, state, payload->>'do' AS do, payload->>'signal' AS signal, "
+            "after_parents FROM jobs")}
         executions = RECORDER.snapshot()
         rows.update(self.deleted_as_done(rows, executions))
         self.check_jobs(rows)
@@ -516,6 +552,7 @@ class QueueModel(RuleBasedStateMachine):
         self.check_transactions(rows)
         self.check_checkpoints(rows, executions)
         self.check_dependencies(rows, executions)
+        self.check_signals(rows, executions)
 
     def deleted_as_done(self, rows: dict[int, dict[str, Any]],
                         executions: list[Execution]) -> dict[int, dict[str, Any]]:
@@ -664,7 +701,7 @@ class QueueModel(RuleBasedStateMachine):
         edges: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for edge in self.rows("""
                 SELECT e.child_id, e.parent_id, e.parent_status, j.status, j.parents_left,
-                       j.after_parents, j.cancelled_by
+                       j.after_parents, j.cancelled_by, j.wait_signal
                 FROM job_edges AS e JOIN jobs AS j ON j.id = e.child_id"""):
             edges[edge["child_id"]].append(edge)
         returned: dict[int, float] = {}
@@ -681,8 +718,10 @@ class QueueModel(RuleBasedStateMachine):
                 if end is not None and parent in rows:
                     assert rows[parent]["status"] == end, (
                         f"edge {parent}->{child} says {end}, the parent is {rows[parent]}")
-            if status == "waiting":
+            if status == "waiting" and mine[0]["wait_signal"] is None:
                 assert open_ and mine[0]["parents_left"] == len(open_), (child, mine)
+            elif status == "waiting":  # for a signal: it ran, its parents had ended
+                assert not open_, f"job {child} waits for a signal, parents open: {mine}"
             elif mine[0]["cancelled_by"] is not None:
                 assert ends[mine[0]["cancelled_by"]] in ("failed", "cancelled"), (child, mine)
             elif status != "cancelled":
@@ -694,3 +733,26 @@ class QueueModel(RuleBasedStateMachine):
                         or returned[p] > first_start[child]]
                 assert not late, f"job {child} ran before its parents {late} returned"
                 STATS["children checked against their parents' runs"] += 1
+
+    def check_signals(self, rows: dict[int, dict[str, Any]],
+                      executions: list[Execution]) -> None:
+        """No job waits for a signal that was sent (and is kept): a send and a wait that
+        meet never miss each other. A run that got a signal got a payload sent for its name
+        before it started; a job's wait gave its attempt back (check_charges)."""
+        missed = self.rows("""
+            SELECT j.id, j.wait_signal FROM jobs AS j
+            JOIN pgdrain_signals AS s ON s.name = j.wait_signal
+            WHERE j.status = 'waiting' AND s.sent_at IS NOT NULL""")
+        assert not missed, f"jobs waiting for signals already sent: {missed}"
+        names = {i: r.get("signal") for i, r in rows.items() if r.get("do") == "wait"}
+        for execution in executions:
+            if execution.signal is None or execution.job_id not in names:
+                continue
+            received, payload = execution.signal
+            STATS[f"wait runs that {'received' if received else 'timed out'}"] += 1
+            if received:
+                sent = [p for at, p in self.model.sent[names[execution.job_id]]
+                        if at <= execution.started]
+                assert payload in sent, (
+                    f"job {execution.job_id} got {payload!r}, not a payload sent for "
+                    f"{names[execution.job_id]} before it ran: {sent}")

@@ -3,9 +3,11 @@ handler execution (in memory: every drain of the test runs on a thread of this p
 monotonic clock orders all starts and ends).
 
 A job's payload says what its handler does: ``{"do": "ok" | "fail" | "snooze" | "discard" |
-"timeout" | "steps"}``; ``steps`` saves a checkpoint and continues (``pgdrain.Continue``) until
-its third run, which returns (``work-resumable`` is the resumable type; on any other type the
-checkpoint is refused, a failure). ``work-tx`` runs in the drain's transaction and writes a row of
+"timeout" | "steps" | "wait"}``; ``wait`` waits for the signal its payload names
+(``pgdrain.WaitFor``, ``WAIT_TIMEOUT``) and returns on the run after; ``steps`` saves a
+checkpoint and continues (``pgdrain.Continue``) until its third run, which returns
+(``work-resumable`` is the resumable type; on any other type the checkpoint is refused, a
+failure). ``work-tx`` runs in the drain's transaction and writes a row of
 ``model_tx_writes`` first (committed with its ``done``, rolled back otherwise); ``work-rated``
 carries a type rate (``TYPE_RATE``).
 """
@@ -27,6 +29,10 @@ TIMEOUT_BOUND = 3.0
 """A ``timeout`` handler returns by itself after this long, whatever happens."""
 SNOOZE_SECONDS = 60.0
 STEPS = 3
+SIGNALS = ("s1", "s2")
+"""The signals ``wait`` jobs wait for."""
+WAIT_TIMEOUT = 100.0
+"""A ``wait`` job's timeout: ``pass_time`` passes it."""
 """Runs of a ``steps`` job: each saves its step and continues, the last returns."""
 
 TX_WRITES_DDL = """
@@ -46,6 +52,8 @@ class Execution:
     started: float
     ended: float | None = None
     outcome: str | None = None
+    signal: tuple[bool, Any] | None = None
+    """What the job's last wait got, as its handler saw it: (received, payload)."""
 
 
 class Recorder:
@@ -82,6 +90,8 @@ def _behave(job: pgdrain.Job) -> None:
         raise pgdrain.Snooze(SNOOZE_SECONDS)
     if what == "discard":
         raise pgdrain.Discard("model discard")
+    if what == "wait" and job.signal is None:
+        raise pgdrain.WaitFor(job.payload["signal"], timeout=WAIT_TIMEOUT)
     if what == "steps":
         step = (job.state or {}).get("step", 0) + 1
         job.checkpoint({"step": step})
@@ -96,6 +106,8 @@ def _behave(job: pgdrain.Job) -> None:
 
 def _recorded(job: pgdrain.Job, conn: Any = None) -> None:
     execution = RECORDER.start(job)
+    if job.signal is not None:
+        execution.signal = (job.signal.received, job.signal.payload)
     try:
         if conn is not None:
             conn.run("INSERT INTO model_tx_writes (job_id, attempt) VALUES (:id, :attempt)",

@@ -59,8 +59,7 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
         too_late = store.expire_pending(session, limit=settings.reclaim_batch_size,
                                         hooked=hooked)
         stopped = store.cancel_requested_pending(session, limit=settings.reclaim_batch_size)
-        timed_out = signals.time_out_waits(session, limit=settings.reclaim_batch_size)
-        signals.purge_signals(session, limit=settings.purge_batch_size)
+        timed_out, _ = signals.janitor_pass(session, limit=settings.reclaim_batch_size)
         purged = _purge(session, settings)
     for job in stopped:
         log.info("job %s (%s, queue %s) was pending though asked to stop: cancelled", job["id"],
@@ -72,7 +71,7 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
     return JanitorResult(ran=True, reclaimed=len(outcomes) - failed, failed=failed,
                          purged=purged, refunded=refunded, alone_due=alone_due,
                          expired=len(too_late), cancelled=len(stopped),
-                         timed_out=len(timed_out), **seen)
+                         timed_out=timed_out, **seen)
 
 
 def _purge(session: Any, settings: Settings) -> int:

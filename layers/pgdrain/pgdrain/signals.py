@@ -62,12 +62,8 @@ def signal(conn: Any, name: str, payload: Any = None, *,
     return SignalSent(name, tuple(sorted(row[0] for row in woken)), kept["expires_at"])
 
 
-def time_out_waits(conn: Any, *, limit: int) -> list[dict[str, Any]]:
-    """The janitor's: up to ``limit`` jobs whose wait for a signal timed out, now due."""
-    return as_session(conn).rows("janitor_signal_timeouts_batch", limit=limit)
-
-
-def purge_signals(conn: Any, *, limit: int) -> int:
-    """The janitor's: forget up to ``limit`` signals past their retention; how many."""
-    row = as_session(conn).one("janitor_signals_purge_batch", limit=limit)
-    return row["purged"] if row else 0
+def janitor_pass(conn: Any, *, limit: int) -> tuple[int, int]:
+    """The janitor's: up to ``limit`` waits past their timeout made due, and up to ``limit``
+    signals past their retention forgotten, in one statement; how many of each."""
+    row = as_session(conn).one("janitor_signals_batch", limit=limit)
+    return (row["timed_out"], row["purged"]) if row else (0, 0)

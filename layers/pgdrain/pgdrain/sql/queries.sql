@@ -569,32 +569,30 @@ ORDER BY lease_expires_at
 LIMIT :limit::int
 FOR UPDATE SKIP LOCKED
 
--- name: janitor_signal_timeouts_batch
--- Up to :limit jobs waiting for a signal whose timeout (run_at) has passed: due now, with
--- no payload (wait_result says the wait timed out), for their handlers to decide. A signal
--- sent at the same moment locks the row first or finds it pending: each wait ends once.
--- Through jobs_signal_timeout_idx, empty unless jobs wait for signals.
-UPDATE jobs AS j
-SET status      = 'pending',
-    wait_signal = NULL,
-    wait_result = jsonb_build_object('name', j.wait_signal, 'payload', NULL,
-                                     'received', false, 'at', now()),
-    updated_at  = now()
-WHERE j.id = ANY(ARRAY(
-    SELECT id
-    FROM jobs
-    WHERE status = 'waiting' AND wait_signal IS NOT NULL AND run_at <= now()
-    ORDER BY run_at
-    LIMIT :limit::int
-    FOR UPDATE SKIP LOCKED
-))
-RETURNING j.id, j.job_type, j.queue
-
--- name: janitor_signals_purge_batch
--- Delete up to :limit signals past their expires_at: sent ones kept for their retention, and
--- rows of waits whose timeouts have all passed (the janitor times those jobs out itself).
--- Returns how many went.
-WITH gone AS (
+-- name: janitor_signals_batch
+-- Up to :limit jobs waiting for a signal whose timeout (run_at) has passed: due now, with no
+-- payload (wait_result says the wait timed out), for their handlers to decide; a signal sent
+-- at the same moment locks the row first or finds it pending, so each wait ends once. And
+-- up to :limit signals past their expires_at deleted: sent ones kept for their retention,
+-- and rows of waits whose timeouts have all passed. One statement: unused, two empty probes
+-- (jobs_signal_timeout_idx, pgdrain_signals_expires_idx). Returns how many of each.
+WITH timed_out AS (
+    UPDATE jobs AS j
+    SET status      = 'pending',
+        wait_signal = NULL,
+        wait_result = jsonb_build_object('name', j.wait_signal, 'payload', NULL,
+                                         'received', false, 'at', now()),
+        updated_at  = now()
+    WHERE j.id = ANY(ARRAY(
+        SELECT id
+        FROM jobs
+        WHERE status = 'waiting' AND wait_signal IS NOT NULL AND run_at <= now()
+        ORDER BY run_at
+        LIMIT :limit::int
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING j.id
+), purged AS (
     DELETE FROM pgdrain_signals
     WHERE name = ANY(ARRAY(
         SELECT name
@@ -606,7 +604,8 @@ WITH gone AS (
     ))
     RETURNING 1
 )
-SELECT count(*)::int AS purged FROM gone
+SELECT (SELECT count(*) FROM timed_out)::int AS timed_out,
+       (SELECT count(*) FROM purged)::int AS purged
 
 -- name: janitor_try_lock
 -- Take the janitor's transaction-scoped advisory lock without waiting; false means another
