@@ -150,6 +150,47 @@ def test_continue_is_a_snooze_of_nothing():
     assert settled.finish.delay_seconds == 0
 
 
+def test_wait_for_is_a_wait_for_its_signal_that_spends_no_attempt():
+    settled = outcomes.settle(
+        outcomes.Ended(_job("order"), pgdrain.Handler("order", lambda job: None), 0.0, 0.1,
+                       error=pgdrain.WaitFor("confirmed:7", timeout=90)),
+        result_max_bytes=100, backoff=pgdrain.Backoff())
+    finish = settled.finish
+    assert finish is not None and finish.outcome is pgdrain.Outcome.WAIT
+    assert (finish.signal, finish.delay_seconds) == ("confirmed:7", 90.0)
+
+
+@pytest.mark.parametrize(("name", "timeout", "message"), [
+    ("", 60, "name must be 1 to 500"), ("x" * 501, 60, "name must be 1 to 500"),
+    ("a\x00", 60, "NUL"), (7, 60, "must be text"), ("ok", 0, "more than 0"),
+    ("ok", -1, "more than 0"), ("ok", float("nan"), "more than 0"),
+    ("ok", float("inf"), "at most"), ("ok", 11 * 365 * 86400, "at most"),
+])
+def test_a_wait_that_cannot_be_is_a_value_error_where_the_handler_builds_it(name, timeout,
+                                                                          message):
+    with pytest.raises(ValueError, match=message):
+        pgdrain.WaitFor(name, timeout=timeout)
+
+
+@pytest.mark.parametrize(("stored", "expected"), [
+    ('{"name": "s", "received": true, "payload": [1], "at": "2026-12-04T15:00:00+00:00"}',
+     pgdrain.Signal("s", True, [1], "2026-12-04T15:00:00+00:00")),
+    ('{"name": "s", "received": false, "payload": null}', pgdrain.Signal("s", False)),
+    ('"not an object"', None), ('{"received": true}', None), ("[1e999999]", None),
+])
+def test_what_a_wait_got_is_read_back_or_warned_about(stored, expected, caplog):
+    from dataclasses import replace
+
+    from pgdrain.drain.checkpoints import _signal
+
+    signal = _signal(replace(_job("order"), wait_result=stored))
+    assert signal == expected
+    if expected is None:
+        assert "what its wait for a signal got is not read" in caplog.text
+    else:
+        assert signal.timed_out is (not expected.received)
+
+
 def test_a_resumable_type_cannot_be_transactional():
     with pytest.raises(pgdrain.ConfigError, match="resumable job saves checkpoints"):
         pgdrain.job("both", resumable=True, transactional=True, registry=Registry())(
