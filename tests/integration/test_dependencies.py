@@ -269,3 +269,41 @@ def test_the_readmes_fan_in_runs_as_written(database_url, conn, sql, monkeypatch
     assert row["result"]["pages"] == 8 and row["result"]["rows"] == 700
     [failed] = row["result"]["failed_pages"]
     assert sql("SELECT payload FROM jobs WHERE id = :id", id=failed)[0]["payload"]["page"] == 3
+
+
+def test_a_finishing_write_the_server_fails_on_a_deadlock_is_run_again(database_url, conn,
+                                                                       sql, monkeypatch):
+    """Two drains' batches of parents whose children interleave can lock those children in
+    opposite orders; the server fails one statement (40P01), which changed nothing: the drain
+    writes it again instead of leaving its jobs running until their leases expire."""
+    from pgdrain import store
+    from pgdrain.db import Connector
+    from pgdrain.drain import PostgresStore
+    from pgdrain.errors import QueryFailed
+    from pgdrain.models import Finish
+
+    parents = [pgdrain.enqueue(conn, "step").id for _ in range(2)]
+    child = pgdrain.enqueue(conn, "collect", depends_on=parents).id
+    drain_store = PostgresStore(Connector(lambda timeout=None: connect(database_url)), 0, ())
+    real = store.finish_many
+    calls: list[int] = []
+
+    def deadlocked_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise QueryFailed("deadlock detected", "40P01")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "finish_many", deadlocked_once)
+    try:
+        claimed = drain_store.claim(batch_size=5, lease_seconds=60, queues=None)
+        written = drain_store.finish_many([Finish.done(job) for job in claimed])
+        assert sorted(written.ids) == sorted(parents) and len(calls) == 2
+        assert _status(sql, child)["status"] == "pending"
+        # Any other error is the caller's, as before.
+        monkeypatch.setattr(store, "finish_many", lambda *a, **k: (_ for _ in ()).throw(
+            QueryFailed("permission denied", "42501")))
+        with pytest.raises(QueryFailed):
+            drain_store.finish_many([Finish.done(claimed[0])])
+    finally:
+        drain_store.discard()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import fanout, flow_store
 from .. import store as pgstore
-from ..db import Connector, Session
+from ..db import DEADLOCK_DETECTED, Connector, Session, sqlstate
 from ..errors import DatabaseUnavailable
 from ..janitor import run_janitor, vacuum_if_due
 from ..models import Finish, JanitorResult, Job, Written
@@ -148,7 +148,18 @@ class PostgresStore:
             self.session(), queues=(), job_types=self.limited_types, only_queues=queues)
 
     def finish_many(self, finishes: Sequence[Finish]) -> Written:
-        return pgstore.finish_many(self.session(), finishes, hooked=self.hooked)
+        """Write outcomes; a deadlock is retried once. The row triggers of dependencies lock
+        a finishing parent's children in id order, but two batches of parents whose
+        children interleave (one batch's first parent has the other's last child) can still
+        take them in opposite orders: the server then fails one statement, which changed
+        nothing, and it is run again (not inside a transaction: that one is lost)."""
+        session = self.session()
+        try:
+            return pgstore.finish_many(session, finishes, hooked=self.hooked)
+        except Exception as exc:
+            if sqlstate(exc) != DEADLOCK_DETECTED or not session.autocommitting():
+                raise
+        return pgstore.finish_many(session, finishes, hooked=self.hooked)
 
     def lend(self, deadline: float) -> Session | None:
         return self.pool.lend(deadline)
