@@ -101,18 +101,18 @@ def test_stats_per_queue_and_type(database_url, conn, sql):
     assert (rows["images", "quick"]["done_last_minute"],
             rows["images", "quick"]["done_last_hour"]) == (1, 1)
     assert found["totals"]["due"] == 3 and found["totals"]["failed"] == 1
-    assert found["totals"]["cancelled"] == 0
+    assert found["totals"]["cancelled"] == 0 and found["totals"]["waiting"] == 0
     assert found["drains_running"] == 0
 
     table = pgdrain_cli(database_url, "stats")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["QUEUE", "TYPE", "DUE", "SCHEDULED", "RUNNING", "FAILED",
-                                "CANCELLED", "OLDEST", "DUE", "DONE", "1M", "DONE", "1H",
-                                "FAILED", "1H"]
+    assert lines[0].split() == ["QUEUE", "TYPE", "DUE", "SCHEDULED", "WAITING", "RUNNING",
+                                "FAILED", "CANCELLED", "OLDEST", "DUE", "DONE", "1M", "DONE",
+                                "1H", "FAILED", "1H"]
     email_line = next(line for line in lines if "send-email" in line).split()
-    assert email_line[:7] == ["default", "send-email", "3", "0", "0", "0", "0"]
-    assert email_line[7] == "1m"  # the oldest due job has waited a minute and a half
+    assert email_line[:8] == ["default", "send-email", "3", "0", "0", "0", "0", "0"]
+    assert email_line[8] == "1m"  # the oldest due job has waited a minute and a half
     assert any(line.startswith("(all)") for line in lines)
     assert lines[-2:] == ["drains running: 0", lines[-1]]
     assert lines[-1].startswith("table jobs: ")

@@ -331,3 +331,13 @@ def test_the_readmes_signal_example_runs_as_written(database_url, conn, sql, mon
     assert results == {confirmed: {"shipped": True, "by": "sarah"},
                        forgotten: {"shipped": False}}
     assert released == ["r-2"]
+
+
+def test_stats_count_the_jobs_waiting_for_parents_or_signals(database_url, conn, sql):
+    orders = Confirmations()
+    parent = pgdrain.enqueue(conn, "other", queue="q").id
+    pgdrain.enqueue(conn, "child", queue="q", depends_on=[parent])
+    pgdrain.enqueue(conn, "order", {"order": 1})
+    run_drain(database_url, orders.registry, queues=["default"])
+    rows = {(r["queue"], r["job_type"]): r["waiting"] for r in pgdrain.store.overview(conn)}
+    assert rows == {("q", "other"): 0, ("q", "child"): 1, ("default", "order"): 1}

@@ -16,12 +16,12 @@ from .output import Column
 
 STATS_COLUMNS: Sequence[Column] = (
     ("queue", "QUEUE"), ("job_type", "TYPE"), ("due", "DUE"), ("scheduled", "SCHEDULED"),
-    ("running", "RUNNING"), ("failed", "FAILED"), ("cancelled", "CANCELLED"),
-    ("oldest_due", "OLDEST DUE"),
+    ("waiting", "WAITING"), ("running", "RUNNING"), ("failed", "FAILED"),
+    ("cancelled", "CANCELLED"), ("oldest_due", "OLDEST DUE"),
     ("done_last_minute", "DONE 1M"), ("done_last_hour", "DONE 1H"),
     ("failed_last_hour", "FAILED 1H"),
 )
-COUNTED = ("due", "scheduled", "running", "failed", "cancelled", "done_last_minute",
+COUNTED = ("due", "scheduled", "waiting", "running", "failed", "cancelled", "done_last_minute",
            "done_last_hour", "failed_last_minute", "failed_last_hour")
 QUEUE_COLUMNS: Sequence[Column] = (
     ("queue", "QUEUE"), ("paused", "PAUSED"), ("max_running", "MAX RUNNING"), ("rate", "RATE"),

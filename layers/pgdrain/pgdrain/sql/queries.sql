@@ -1448,7 +1448,7 @@ WHERE {{job_due(jobs)}}
 
 -- name: job_overview_by_queue_type
 -- What an operator asks first, per queue and job type: due, scheduled (pending, not yet due),
--- running, failed and cancelled jobs, how long the oldest due job has waited, and what
+-- waiting (for parents or a signal: jobs_waiting_idx), running, failed and cancelled jobs, how long the oldest due job has waited, and what
 -- finished in the last minute and hour. Each part reads one status through its partial index
 -- (done, failed and cancelled by finished_at), never the whole history. Due is job_due, as
 -- every claim and count reads it (a pending job past its expires_at, or asked to stop, is not
@@ -1460,6 +1460,11 @@ WITH pending AS (
            min(run_at) FILTER (WHERE {{job_due(jobs)}}) AS oldest_due_at
     FROM jobs
     WHERE status = 'pending'
+    GROUP BY queue, job_type
+), waiting AS (
+    SELECT queue, job_type, count(*) AS waiting
+    FROM jobs
+    WHERE status = 'waiting'
     GROUP BY queue, job_type
 ), running AS (
     SELECT queue, job_type, count(*) AS running
@@ -1505,6 +1510,7 @@ WITH pending AS (
 SELECT queue, job_type,
        coalesce(p.due, 0)::bigint AS due,
        coalesce(p.scheduled, 0)::bigint AS scheduled,
+       coalesce(w.waiting, 0)::bigint AS waiting,
        coalesce(r.running, 0)::bigint AS running,
        coalesce(f.failed, 0)::bigint AS failed,
        coalesce(c.cancelled, 0)::bigint AS cancelled,
@@ -1518,6 +1524,7 @@ SELECT queue, job_type,
        coalesce(f.failed_last_minute, 0)::bigint AS failed_last_minute,
        coalesce(f.failed_last_hour, 0)::bigint AS failed_last_hour
 FROM pending AS p
+FULL JOIN waiting AS w USING (queue, job_type)
 FULL JOIN running AS r USING (queue, job_type)
 FULL JOIN failed AS f USING (queue, job_type)
 FULL JOIN cancelled AS c USING (queue, job_type)

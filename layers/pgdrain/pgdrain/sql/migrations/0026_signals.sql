@@ -26,6 +26,10 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_waiting_signal_idx ON jobs (wait_si
     WHERE status = 'waiting' AND wait_signal IS NOT NULL;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_signal_timeout_idx ON jobs (run_at)
     WHERE status = 'waiting' AND wait_signal IS NOT NULL;
+-- What `pgdrain stats` counts of the jobs waiting, for their parents or a signal, per queue
+-- and type (job_overview_by_queue_type): empty unless jobs wait.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_waiting_idx ON jobs (queue, job_type)
+    WHERE status = 'waiting';
 
 -- As 0025, but a job waiting for a signal is not waiting for its parents: it had run (its
 -- parents had ended) and raised WaitFor. A parent requeued after that leaves it as it is,
