@@ -341,3 +341,28 @@ def test_stats_count_the_jobs_waiting_for_parents_or_signals(database_url, conn,
     run_drain(database_url, orders.registry, queues=["default"])
     rows = {(r["queue"], r["job_type"]): r["waiting"] for r in pgdrain.store.overview(conn)}
     assert rows == {("q", "other"): 0, ("q", "child"): 1, ("default", "order"): 1}
+
+
+def test_a_send_in_autocommit_is_one_transaction(database_url, conn, sql, monkeypatch):
+    """On a connection in autocommit the signal's two statements are one transaction: a send
+    whose second statement fails keeps no signal that woke nobody."""
+    from pgdrain.db import Session
+
+    orders = Confirmations()
+    job = pgdrain.enqueue(conn, "order", {"order": 4})
+    run_drain(database_url, orders.registry)
+    real = Session.values
+
+    def failing(self, query, /, **params):
+        if query == "signal_wake":
+            raise RuntimeError("the connection broke")
+        return real(self, query, **params)
+
+    monkeypatch.setattr(Session, "values", failing)
+    with pytest.raises(RuntimeError):
+        pgdrain.signal(conn, "confirm:4", "lost?")
+    monkeypatch.undo()
+    assert sql("SELECT count(*) AS n FROM pgdrain_signals WHERE sent_at IS NOT NULL")[0] == \
+        {"n": 0}
+    assert _row(sql, job.id)["status"] == "waiting"
+    assert pgdrain.signal(conn, "confirm:4", "again").woken == (job.id,)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .db import as_session
+from .db import Session, as_session
 from .errors import InvalidSignal
 from .models import DEFAULT_SIGNAL_KEEP_SECONDS, MAX_DELAY_SECONDS, signal_name_problem
 from .results import encode_signal_payload
@@ -53,10 +53,17 @@ def signal(conn: Any, name: str, payload: Any = None, *,
         raise InvalidSignal(f"must be a number of seconds from 0 to {MAX_DELAY_SECONDS} "
                             f"(ten years), not {keep_seconds!r}", field="keep_seconds")
     session = as_session(conn)
-    # Two statements, in this order: signal_wake's snapshot must begin after signal_keep
-    # has the row (see the catalogue).
-    kept = session.one("signal_keep", name=name, payload=text,
-                       keep_seconds=float(keep_seconds))
+    if session.autocommitting():  # a connection in autocommit: a transaction of its own
+        with session.transaction():
+            return _send(session, name, text, float(keep_seconds))
+    return _send(session, name, text, float(keep_seconds))
+
+
+def _send(session: Session, name: str, text: str, keep_seconds: float) -> SignalSent:
+    # Two statements, in this order, in one transaction: signal_wake's snapshot must begin
+    # after signal_keep has the row (see the catalogue), and a signal kept must wake its
+    # waiting jobs with it, or not at all.
+    kept = session.one("signal_keep", name=name, payload=text, keep_seconds=keep_seconds)
     assert kept is not None
     woken = session.values("signal_wake", name=name)
     return SignalSent(name, tuple(sorted(row[0] for row in woken)), kept["expires_at"])
