@@ -744,6 +744,10 @@ class QueueModel(RuleBasedStateMachine):
             JOIN pgdrain_signals AS s ON s.name = j.wait_signal
             WHERE j.status = 'waiting' AND s.sent_at IS NOT NULL""")
         assert not missed, f"jobs waiting for signals already sent: {missed}"
+        for row in self.rows("SELECT wait_result->>'received' AS received, count(*) AS n "
+                             "FROM jobs WHERE wait_result IS NOT NULL GROUP BY 1"):
+            STATS[f"jobs whose wait ended, received={row['received']} (seen by a check)"] += \
+                row["n"]
         names = {i: r.get("signal") for i, r in rows.items() if r.get("do") == "wait"}
         for execution in executions:
             if execution.signal is None or execution.job_id not in names:
