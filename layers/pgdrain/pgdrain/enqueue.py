@@ -245,8 +245,8 @@ def enqueue(conn: Any, job_type: str, payload: Any = None, **options: Any) -> En
     Options: ``queue``, ``priority`` (lower runs first), ``max_attempts``, ``run_at`` (an aware
     datetime) or ``delay_seconds``, ``dedupe_key``, ``depends_on`` (parent job ids: the job
     waits until they have ended) with ``after`` (``"done"``, ``"finished"``), and the rest of
-    ``models.JOB_FIELDS``. If a live (pending or running) job holds the same ``dedupe_key``,
-    nothing is inserted and its id comes back with ``created=False``. Raises
+    ``models.JOB_FIELDS``. If a live (pending, running or waiting) job holds the same
+    ``dedupe_key``, nothing is inserted and its id comes back with ``created=False``. Raises
     InvalidJobError, inserting nothing, when a field is invalid or a parent does not exist.
     """
     return enqueue_many(conn, [{"job_type": job_type, "payload": payload, **options}])[0]

@@ -108,8 +108,8 @@ JOB_FIELDS: tuple[JobField, ...] = (
              "Like expires_at, in seconds from now (the database's clock): not started within "
              "them, the job never runs. More than delay_seconds."),
     JobField("dedupe_key", _text(MAX_DEDUPE_KEY, nullable=True),
-             "At most one live (pending or running) job holds a key: a duplicate answers the "
-             "live job's id instead of inserting. Not blank."),
+             "At most one live (pending, running or waiting) job holds a key: a duplicate "
+             "answers the live job's id instead of inserting. Not blank."),
     JobField("unique_for", {"anyOf": [{"type": "number", "exclusiveMinimum": 0,
                                        "maximum": MAX_DELAY_SECONDS}, {"type": "null"}]},
              "Seconds: with dedupe_key, a job of that key created within this window (pending, "

@@ -109,15 +109,15 @@ def job_parents(conn: Any, ids: Sequence[int]) -> dict[int, dict[int, tuple[str,
 
 
 def live_ids(conn: Any, keys: set[str | None]) -> dict[str, int]:
-    """Ids of the live (pending or running) jobs holding ``keys``, read by a fresh statement
-    (which also sees a holder committed after an earlier statement's snapshot)."""
+    """Ids of the live (pending, running or waiting) jobs holding ``keys``, read by a fresh
+    statement (which also sees a holder committed after an earlier statement's snapshot)."""
     rows = as_session(conn).rows("job_get_live_by_dedupe_keys",
                                  dedupe_keys=sorted(k for k in keys if k is not None))
     return {r["dedupe_key"]: r["id"] for r in rows}
 
 
 def live_job_with_key(conn: Any, dedupe_key: str) -> int | None:
-    """The id of the live (pending or running) job holding ``dedupe_key``, if any."""
+    """The id of the live (pending, running or waiting) job holding ``dedupe_key``, if any."""
     return live_ids(conn, {dedupe_key}).get(dedupe_key)
 
 

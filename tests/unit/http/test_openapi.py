@@ -125,7 +125,8 @@ def test_routes_operations_and_responses():
     assert {path: sorted(k for k in ops if k != "parameters") for path, ops in paths.items()} == {
         "/jobs": ["post"], "/jobs/{id}": ["get"], "/jobs/{id}/retry": ["post"],
         "/jobs/{id}/cancel": ["post"], "/queues/{queue}/pause": ["post"],
-        "/queues/{queue}/resume": ["post"], "/queues/{queue}": ["put"], "/drain": ["post"]}
+        "/queues/{queue}/resume": ["post"], "/queues/{queue}": ["put"],
+        "/signals/{name}": ["post"], "/drain": ["post"]}
     codes = {(path, method): set(op["responses"])
              for path, ops in paths.items() for method, op in ops.items() if method != "parameters"}
     gateway = {"403", "429"}  # API Gateway's own answers
@@ -138,6 +139,7 @@ def test_routes_operations_and_responses():
         ("/queues/{queue}/pause", "post"): {"200", "404", "422", *failures, *gateway},
         ("/queues/{queue}/resume", "post"): {"200", "404", "422", *failures, *gateway},
         ("/queues/{queue}", "put"): {"200", "400", "404", "415", "422", *failures, *gateway},
+        ("/signals/{name}", "post"): {"200", "400", "415", "422", *failures, *gateway},
         ("/drain", "post"): {"200", "202", "405", *failures, *gateway},
     }
     responses = document["components"]["responses"]

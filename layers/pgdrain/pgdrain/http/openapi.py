@@ -84,8 +84,8 @@ def openapi_document(registry: Registry, *, limits: Limits | None = None) -> dic
     schemas["EnqueueResult"] = {
         "title": "EnqueueResult",
         "description": "The jobs' ids, in request order. `created` is present when some job was "
-                       "not created because a live job (pending or running) held its dedupe "
-                       "key: the id is then the existing job's.",
+                       "not created because a live job (pending, running or waiting) held its "
+                       "dedupe key: the id is then the existing job's.",
         "type": "object",
         "properties": {
             "ids": {"type": "array", "items": _job_id_schema(), "minItems": 1,

@@ -1289,7 +1289,8 @@ WHERE j.id = c.id
 -- same batch) is skipped and not returned; the caller looks its id up. `run_at` NULL means now()
 -- plus the delay, in the database's clock; `expires_at` NULL is now() plus the TTL, or never.
 {{job_enqueue_rows}}
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running')
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL
+                         AND status IN ('pending', 'running', 'waiting')
 DO NOTHING
 RETURNING id, dedupe_key, run_at <= now() AS due
 
@@ -1375,10 +1376,10 @@ FROM jobs
 WHERE id = :id::bigint
 
 -- name: job_get_live_by_dedupe_keys
--- The live (pending or running) job holding each dedupe key.
+-- The live (pending, running or waiting) job holding each dedupe key.
 SELECT dedupe_key, id
 FROM jobs
-WHERE dedupe_key = ANY(:dedupe_keys::text[]) AND status IN ('pending', 'running')
+WHERE dedupe_key = ANY(:dedupe_keys::text[]) AND status IN ('pending', 'running', 'waiting')
 
 -- name: job_hooks_insert
 -- Dead-letter hooks' jobs (on_failed): one pgdrain.on-failed job per job that just ended
@@ -1399,13 +1400,14 @@ ORDER BY h.ord
 SELECT pg_advisory_xact_lock(:lock_key::int, hashtext(:dedupe_key::text))
 
 -- name: job_key_recent
--- The newest job holding :dedupe_key that is pending, running or done and was created less
+-- The newest job holding :dedupe_key that is live (pending, running, waiting) or done and was
+-- created less
 -- than :seconds ago (failed and cancelled ones do not count): one probe of the live key index
 -- and one of jobs_dedupe_key_done_idx.
 SELECT id
 FROM (
     SELECT id, created_at FROM jobs
-    WHERE dedupe_key = :dedupe_key::text AND status IN ('pending', 'running')
+    WHERE dedupe_key = :dedupe_key::text AND status IN ('pending', 'running', 'waiting')
     UNION ALL
     SELECT id, created_at FROM jobs
     WHERE dedupe_key = :dedupe_key::text AND status = 'done'
@@ -1660,7 +1662,7 @@ WITH chosen AS (
       AND (:queue::text IS NULL OR f.queue = :queue::text)
       AND NOT EXISTS (SELECT 1 FROM jobs live
                       WHERE live.dedupe_key = f.dedupe_key
-                        AND live.status IN ('pending', 'running'))
+                        AND live.status IN ('pending', 'running', 'waiting'))
     ORDER BY f.dedupe_key, CASE WHEN f.dedupe_key IS NULL THEN f.id END, f.id DESC
     LIMIT :limit::int
 )

@@ -31,6 +31,15 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_signal_timeout_idx ON jobs (run_at)
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_waiting_idx ON jobs (queue, job_type)
     WHERE status = 'waiting';
 
+-- A job waiting for a signal is live: it holds its dedupe key as a pending or running one does
+-- (an enqueue with the key gets its id). The live key index takes `waiting` in: built beside
+-- the old one, which then goes (no job waited for a signal before this migration, and one
+-- waiting for its parents holds no key: depends_on refuses dedupe_key).
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS jobs_dedupe_key_live_or_waiting_idx
+    ON jobs (dedupe_key)
+    WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running', 'waiting');
+DROP INDEX CONCURRENTLY IF EXISTS jobs_dedupe_key_live_idx;
+
 -- As 0025, but a job waiting for a signal is not waiting for its parents: it had run (its
 -- parents had ended) and raised WaitFor. A parent requeued after that leaves it as it is,
 -- as any child that already ran.
