@@ -102,7 +102,7 @@ class SilentProxy:
         self._closing = True
         with suppress(OSError):
             self._listener.close()
-        for sock in self._sockets:
+        for sock in list(self._sockets):
             with suppress(OSError):
                 sock.close()
 
@@ -119,8 +119,17 @@ class SilentProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = self._upstream()
-            self._sockets += [client, upstream]
+            self._sockets.append(client)
+            try:
+                upstream = self._upstream()
+            except OSError:
+                client.close()
+                continue
+            self._sockets.append(upstream)
+            if self._closing:  # close() ran while this one was accepted: it missed them
+                client.close()
+                upstream.close()
+                return
             for source, target, to_server in ((client, upstream, True),
                                               (upstream, client, False)):
                 threading.Thread(target=self._pump, args=(source, target, to_server),
