@@ -366,3 +366,22 @@ def test_a_send_in_autocommit_is_one_transaction(database_url, conn, sql, monkey
         {"n": 0}
     assert _row(sql, job.id)["status"] == "waiting"
     assert pgdrain.signal(conn, "confirm:4", "again").woken == (job.id,)
+
+
+def test_a_wait_keeps_its_signals_row_until_it_ends(database_url, conn, sql):
+    """While a job waits, its signal has a row (the janitor looks for waits to time out only
+    when some row exists): a row past its expiry is kept while a job still waits for it."""
+    from pgdrain import Settings
+
+    orders = Confirmations()
+    job = pgdrain.enqueue(conn, "order", {"order": 12})
+    run_drain(database_url, orders.registry)
+    sql("UPDATE pgdrain_signals SET expires_at = now() - interval '1 second'")
+    pgdrain.run_janitor(conn, Settings(), orders.registry)
+    assert [r["name"] for r in sql("SELECT name FROM pgdrain_signals")] == ["confirm:12"]
+    sql("UPDATE jobs SET run_at = now() - interval '1 second' WHERE id = :id", id=job.id)
+    assert pgdrain.run_janitor(conn, Settings(), orders.registry).timed_out == 1
+    assert _row(sql, job.id)["status"] == "pending"
+    pgdrain.run_janitor(conn, Settings(), orders.registry)
+    assert sql("SELECT name FROM pgdrain_signals") == []
+    assert pgdrain.run_janitor(conn, Settings(), orders.registry).timed_out == 0

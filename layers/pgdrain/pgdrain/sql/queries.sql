@@ -574,8 +574,10 @@ FOR UPDATE SKIP LOCKED
 -- payload (wait_result says the wait timed out), for their handlers to decide; a signal sent
 -- at the same moment locks the row first or finds it pending, so each wait ends once. And
 -- up to :limit signals past their expires_at deleted: sent ones kept for their retention,
--- and rows of waits whose timeouts have all passed. One statement: unused, two empty probes
--- (jobs_signal_timeout_idx, pgdrain_signals_expires_idx). Returns how many of each.
+-- and rows of waits whose timeouts have all passed, once no job waits for them (a job waits
+-- only while its signal has a row: janitor_try_lock's `signals` runs this only then). One
+-- statement, two probes (jobs_signal_timeout_idx, pgdrain_signals_expires_idx). Returns
+-- how many of each.
 WITH timed_out AS (
     UPDATE jobs AS j
     SET status      = 'pending',
@@ -598,6 +600,8 @@ WITH timed_out AS (
         SELECT name
         FROM pgdrain_signals
         WHERE expires_at <= now()
+          AND NOT EXISTS (SELECT FROM jobs AS j
+                          WHERE j.status = 'waiting' AND j.wait_signal = pgdrain_signals.name)
         ORDER BY expires_at
         LIMIT :limit::int
         FOR UPDATE SKIP LOCKED
@@ -614,7 +618,8 @@ SELECT (SELECT count(*) FROM timed_out)::int AS timed_out,
 -- whether some queue has a concurrency cap or a rate limit (the drain then also runs the
 -- controlled claim), whether some queue is paused, capped or rate-limited (the drain then
 -- claims queue by queue: job_claim_batch_by_queue) and whether pending jobs name tenants (the
--- drain then claims fairly).
+-- drain then claims fairly), and whether any signal is sent or awaited (the janitor then
+-- times waits out and forgets expired signals: janitor_signals_batch).
 -- The probes of jobs are ordered by their index: an EXISTS was planned as a sequential scan
 -- that stops at the first match, which reads the whole history when it lies ahead of it.
 SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
@@ -627,7 +632,8 @@ SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
                WHERE paused_at IS NOT NULL OR max_running IS NOT NULL
                   OR rate_limit IS NOT NULL) AS queues_set,
        (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
-        ORDER BY tenant LIMIT 1) IS NOT NULL AS tenants
+        ORDER BY tenant LIMIT 1) IS NOT NULL AS tenants,
+       EXISTS (SELECT 1 FROM pgdrain_signals) AS signals
 
 -- name: job_backlog
 -- Due pending jobs (counted up to :cap) and the seconds the oldest has waited, read through
