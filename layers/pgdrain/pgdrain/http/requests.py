@@ -123,15 +123,8 @@ def parse_queue_settings(body: str | None, *, base64_encoded: bool = False,
     """Validate a ``PUT /queues/{queue}`` body, ``{"max_running": N or null, "rate":
     "10/s" or null}`` (either or both; one not given stays); raise ApiError (400, 415 or
     422) if it is not one. The values' ranges are the control's to check."""
-    json_content_type(content_type)
-    document = _decode(body, base64_encoded)
-    if not isinstance(document, dict):
-        raise ApiError(422, 'the body must be a JSON object: {"max_running": N or null, '
-                            '"rate": "10/s" or null}')
-    unknown = sorted(set(document) - set(QUEUE_SETTINGS))
-    if unknown:
-        raise ApiError(422, f"{unknown[0]}: unknown setting; a queue has "
-                            f"{', '.join(QUEUE_SETTINGS)}", {"field": unknown[0]})
+    document = _json_object(body, base64_encoded, content_type, QUEUE_SETTINGS, "a queue",
+                            '{"max_running": N or null, "rate": "10/s" or null}')
     if not document:
         raise ApiError(422, "max_running: give max_running, rate or both (null lifts one)",
                        {"field": "max_running"})
@@ -146,17 +139,27 @@ def parse_signal(body: str | None, *, base64_encoded: bool = False,
     """Validate a ``POST /signals/{name}`` body, ``{"payload": any JSON, "keep_seconds": N}``
     (both optional; no body at all sends no payload); raise ApiError (400, 415 or 422) if it
     is not one. The values are ``pgdrain.signal``'s to check."""
-    json_content_type(content_type)
     if body is None or body == "":
+        json_content_type(content_type)
         return {}
+    return _json_object(body, base64_encoded, content_type, SIGNAL_FIELDS, "a signal",
+                        '{"payload": ..., "keep_seconds": N} (both optional)')
+
+
+def _json_object(body: str | None, base64_encoded: bool, content_type: str | None,
+                 fields: tuple[str, ...], what: str, shape: str) -> dict[str, Any]:
+    """A body that must be a JSON object of some of ``fields`` (``what`` has them, written as
+    ``shape``): ApiError 415 for another Content-Type, 400 for one that is not JSON, 422 for
+    another value or an unknown field (named, cut short)."""
+    json_content_type(content_type)
     document = _decode(body, base64_encoded)
     if not isinstance(document, dict):
-        raise ApiError(422, 'the body must be a JSON object: {"payload": ..., '
-                            '"keep_seconds": N} (both optional)')
-    unknown = sorted(set(document) - set(SIGNAL_FIELDS))
+        raise ApiError(422, f"the body must be a JSON object: {shape}")
+    unknown = sorted(set(document) - set(fields))
     if unknown:
-        raise ApiError(422, f"{unknown[0][:60]}: unknown field; a signal has "
-                            f"{', '.join(SIGNAL_FIELDS)}", {"field": unknown[0][:60]})
+        name = unknown[0][:60]
+        raise ApiError(422, f"{name}: unknown field; {what} has {', '.join(fields)}",
+                       {"field": name})
     return document
 
 
