@@ -90,6 +90,9 @@ STATEMENTS: dict[str, dict[str, str]] = {
                          "outcomes": "'{" + ",".join(["retry"] * 100) + "}'",
                          "delays": "'{" + ",".join(["2"] * 100) + "}'",
                          "errors": "'{" + ",".join(["boom"] * 100) + "}'", "results": NULLS},
+    "signal_keep": {"name": "'confirm:42'", "payload": "'{\"ok\": true}'",
+                    "keep_seconds": "604800"},
+    "signal_wake": {"name": "'confirm:42'"},
     "job_wait_batch": {"ids": IDS, "tokens": TOKENS,
                        "names": "'{" + ",".join(f"s{i}" for i in range(100)) + "}'",
                        "timeouts": "'{" + ",".join(["60"] * 100) + "}'"},
@@ -231,6 +234,27 @@ def test_every_claim_statement_of_the_catalogue_is_covered():
     assert not missing, f"explain these in STATEMENTS too: {missing}"
     assert set(STATEMENTS) <= set(QUERIES)
 
+
+
+@pytest.mark.parametrize("mode", ["custom", "generic"])
+def test_signals_read_only_the_jobs_waiting_for_them(conn, mode):
+    # 20,000 jobs waiting for signals of 2,000 names beside 20,000 pending ones: a send reads
+    # its name's entries of jobs_waiting_signal_idx, the janitor's timeouts the front of
+    # jobs_signal_timeout_idx; neither walks the table nor the pending jobs.
+    conn.run("INSERT INTO jobs (job_type) SELECT 'export' FROM generate_series(1, 20000)")
+    conn.run("INSERT INTO jobs (job_type, status, wait_signal, run_at) "
+             "SELECT 'order', 'waiting', 'confirm:' || (i % 2000), "
+             "now() + make_interval(secs => i) FROM generate_series(1, 20000) AS i")
+    conn.run("INSERT INTO pgdrain_signals (name, expires_at) VALUES ('confirm:42', now())")
+    conn.run("VACUUM ANALYZE jobs")
+    for name, index in (("signal_wake", "jobs_waiting_signal_idx"),
+                        ("janitor_signals_batch", "jobs_signal_timeout_idx")):
+        plan = explain(conn, name, mode)
+        reads = {(n["Node Type"], n.get("Index Name") or n.get("Relation Name"))
+                 for n in nodes(plan["Plan"]) if n.get("Relation Name") == "jobs"
+                 or "jobs" in str(n.get("Index Name", ""))}
+        assert ("Seq Scan", "jobs") not in reads, (name, reads)
+        assert any(found == index for _, found in reads), (name, reads)
 
 
 @pytest.mark.parametrize("mode", ["custom", "generic"])
