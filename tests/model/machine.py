@@ -634,9 +634,11 @@ class QueueModel(RuleBasedStateMachine):
         for key, ids in keys.items():
             # A job with parents joins its key's line when it becomes due, not when it was
             # enqueued (else a child listed before its parent in one batch would hold the key
-            # its parent needs): the jobs of the key after it may run while it waits.
+            # its parent needs), and one that waits for a signal leaves it while it waits
+            # (docs/queue.md): the jobs of the key after such a job may run while it waits.
             for earlier, later in itertools.pairwise(
-                    [i for i in ids if rows[i].get("after_parents") is None]):
+                    [i for i in ids if rows[i].get("after_parents") is None
+                     and rows[i].get("do") != "wait"]):
                 if not by_job.get(later):
                     continue
                 assert rows[earlier]["status"] in TERMINAL, (
