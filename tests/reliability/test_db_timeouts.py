@@ -263,7 +263,8 @@ def test_a_secret_endpoint_that_never_answers_cannot_hold_the_drain(load_functio
             except OSError:
                 return
 
-    threading.Thread(target=accept, daemon=True).start()
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     from pgdrain.aws import credentials
 
     credentials.clear_cache()
@@ -277,7 +278,12 @@ def test_a_secret_endpoint_that_never_answers_cannot_hold_the_drain(load_functio
         app = load_function("drain", DB_SECRET_ARN="arn:aws:secretsmanager:eu-west-1:0:secret:x")
         summary, remaining = _timed(app, {}, 3)
     finally:
+        with suppress(OSError):  # wakes the accept (a close alone leaves it blocked)
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
+        acceptor.join(5)
+        for sock, _ in accepted:  # the drain gave up on them: closed here, not by the GC
+            sock.close()
         credentials.clear_cache()
     assert remaining > 0
     assert (summary["stopped"], summary["error"]) == (
