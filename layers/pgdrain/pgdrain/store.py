@@ -533,10 +533,12 @@ def set_queue(conn: Any, queue: str, *, set_cap: bool = False, max_running: int 
         rate_limit=None if rate is None else rate.limit,
         rate_period=None if rate is None else rate.period)
     assert row is not None
-    return _with_rate(row)
+    return queue_rate(row)
 
 
-def _with_rate(row: dict[str, Any]) -> dict[str, Any]:
+def queue_rate(row: dict[str, Any]) -> dict[str, Any]:
+    """A queue's row with its ``rate_limit`` and ``rate_period`` as one ``rate`` (``"10/s"``, or
+    None)."""
     limit, period = row.pop("rate_limit"), row.pop("rate_period")
     row["rate"] = None if limit is None else str(Rate(limit, period))
     return row
@@ -550,7 +552,7 @@ def resume_queue(conn: Any, queue: str) -> None:
 def queue_states(conn: Any) -> list[dict[str, Any]]:
     """Every queue set at run time: ``queue``, ``paused_at``, ``paused_seconds``,
     ``max_running``, ``rate`` (``"10/s"``, or None)."""
-    return [_with_rate(r) for r in as_session(conn).rows("queue_states")]
+    return [queue_rate(r) for r in as_session(conn).rows("queue_states")]
 
 
 # --- drain slots and the backlog -----------------------------------------------------------

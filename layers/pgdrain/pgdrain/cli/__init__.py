@@ -170,10 +170,17 @@ def _filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queue", type=arguments.name, help="only jobs in this queue")
 
 
-# Commands other packages add (pgdrain-dev adds `invoke`): entry points of this group, each a
-# function given the subparsers that adds its parser and sets `handler` (args -> exit code).
+# Commands other packages add (pgdrain-dev adds `invoke`, pgdrain-console `console`): entry
+# points of this group, each a function given the subparsers that adds its parser and sets
+# `handler` (args -> exit code).
 PLUGIN_GROUP = "pgdrain.commands"
-DEV_COMMANDS = {"invoke": "run a function of template.yaml locally, as `sam local invoke` does"}
+OPTIONAL_COMMANDS = {
+    "invoke": ("run a function of template.yaml locally, as `sam local invoke` does",
+               "pgdrain's development tools", "`pip install -e dev/`"),
+    "console": ("the queue in a web page, served from this machine (read-only unless "
+                "--allow-actions)", "pgdrain's console", "`pip install ./console`"),
+}
+"""Each optional command: its help, the package it comes with, and how to install that."""
 
 
 def _add_plugin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]
@@ -184,18 +191,19 @@ def _add_plugin_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     for entry in entry_points(group=PLUGIN_GROUP):
         entry.load()(commands)
         added.add(entry.name)
-    for name, help_text in DEV_COMMANDS.items():
+    for name, (help_text, package, _) in OPTIONAL_COMMANDS.items():
         if name not in added:  # say where it comes from, rather than "invalid choice"
-            missing = commands.add_parser(name, help=f"{help_text} (needs pgdrain-dev)",
-                                          add_help=False)
+            # Every word it was given, options included, is left for the message to ignore.
+            missing = commands.add_parser(name, help=f"{help_text} (needs {package})",
+                                          add_help=False, prefix_chars="\0")
             missing.add_argument("rest", nargs=argparse.REMAINDER)
-            missing.set_defaults(handler=_needs_dev_tools)
+            missing.set_defaults(handler=_not_installed)
 
 
-def _needs_dev_tools(args: argparse.Namespace) -> int:
-    print(f"pgdrain {args.command}: this command comes with pgdrain's development tools, which "
-          "are not installed here: `pip install -e dev/` in a clone of the repository (make "
-          "installs them)", file=sys.stderr)
+def _not_installed(args: argparse.Namespace) -> int:
+    _, package, install = OPTIONAL_COMMANDS[args.command]
+    print(f"pgdrain {args.command}: this command comes with {package}, which is not installed "
+          f"here: {install} in a clone of the repository (make installs it)", file=sys.stderr)
     return 2
 
 

@@ -152,6 +152,28 @@ ORDER BY i.ord
      AND NOT EXISTS (SELECT FROM jobs AS o
                      WHERE o.ordering_key = j.ordering_key AND o.status = 'running')))
 
+-- fragment: job_page_match(j)
+-- What the console's job filters select (NULL: any) within the window of ids [:floor_id,
+-- :before_id). :search is a piece of the payload as JSON text, any case (its `%` and `_`
+-- are plain characters: strpos, not LIKE). :statuses narrows to the statuses a bulk action
+-- applies to. :older_than_seconds and :newer_than_seconds are
+-- the job's age since it was enqueued.
+j.id < :before_id::bigint AND j.id >= :floor_id::bigint
+AND (:status::text IS NULL OR j.status = :status::text)
+AND (:statuses::text[] IS NULL OR j.status = ANY (:statuses::text[]))
+AND (:waiting_for::text IS NULL
+     OR (j.status = 'waiting' AND (j.wait_signal IS NOT NULL) = (:waiting_for::text = 'signal')))
+AND (:job_type::text IS NULL OR j.job_type = :job_type::text)
+AND (:queue::text IS NULL OR j.queue = :queue::text)
+AND (:tenant::text IS NULL OR j.tenant = :tenant::text)
+AND (:ordering_key::text IS NULL OR j.ordering_key = :ordering_key::text)
+AND (:dedupe_key::text IS NULL OR j.dedupe_key = :dedupe_key::text)
+AND (:older_than_seconds::float8 IS NULL
+     OR j.created_at <= now() - make_interval(secs => :older_than_seconds::float8))
+AND (:newer_than_seconds::float8 IS NULL
+     OR j.created_at > now() - make_interval(secs => :newer_than_seconds::float8))
+AND (:search::text IS NULL OR strpos(lower(j.payload::text), lower(:search::text)) > 0)
+
 -- fragment: job_queue_plain(j)
 -- The job's queue is neither paused nor capped nor rate-limited (pgdrain_queues, read once
 -- per statement). Written as an OR behind "is any queue so set": as the bare
@@ -1307,6 +1329,15 @@ RETURNING id, dedupe_key, run_at <= now() AS due
 {{job_enqueue_rows}}
 RETURNING id, dedupe_key, run_at <= now() AS due
 
+-- name: job_failures_recent
+-- The jobs that failed last (the console's overview), newest first, at most :limit: the end of
+-- jobs_failed_finished_idx, a bounded read however many failed before.
+SELECT id, job_type, queue, attempts, finished_at, left(last_error, 300) AS last_error
+FROM jobs
+WHERE status = 'failed'
+ORDER BY finished_at DESC
+LIMIT :limit::int
+
 -- name: job_finish_batch
 -- Finish claims, each with its outcome (models.Outcome): one statement for a batch of them.
 -- Each row is guarded by its claim (running, same lease token); the ids that come back are
@@ -1399,6 +1430,11 @@ FROM unnest(:ids::bigint[], :job_types::text[], :queues::text[], :errors::text[]
      WITH ORDINALITY AS h(id, job_type, queue, error, ord)
 ORDER BY h.ord
 
+-- name: job_id_range
+-- The lowest and highest job id (two probes of the primary key): where the console's pages of
+-- jobs start and end (job_page reads the ids between, a window at a time).
+SELECT (SELECT min(id) FROM jobs) AS low, (SELECT max(id) FROM jobs) AS high
+
 -- name: job_key_lock
 -- Serialise the enqueues of one dedupe key (unique windows, debounce) until this transaction
 -- ends: a transaction-scoped advisory lock on the key's hash. Two keys sharing a hash only
@@ -1443,6 +1479,27 @@ WHERE (:status::text IS NULL OR status = :status::text)
        OR updated_at >= now() - make_interval(secs => :since_seconds::float8))
 ORDER BY id DESC
 LIMIT :limit::int
+
+-- name: job_minutes
+-- Jobs done and failed per queue and minute over the last hour (the console's chart): the done
+-- and failed rows finished since (jobs_done_finished_idx, jobs_failed_finished_idx), and the
+-- done jobs that left no row (pgdrain_done_counts, written by the minute as they finished).
+SELECT queue, minute, sum(done)::bigint AS done, sum(failed)::bigint AS failed
+FROM (
+    SELECT queue, date_trunc('minute', finished_at) AS minute,
+           count(*) FILTER (WHERE status = 'done') AS done,
+           count(*) FILTER (WHERE status = 'failed') AS failed
+    FROM jobs
+    WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 hour'
+    GROUP BY 1, 2
+    UNION ALL
+    SELECT queue, minute, sum(done), 0
+    FROM pgdrain_done_counts
+    WHERE minute > now() - interval '61 minutes'
+    GROUP BY 1, 2
+) AS m
+GROUP BY queue, minute
+ORDER BY minute, queue
 
 -- name: job_oldest_due_age
 -- Seconds since the oldest due job (job_due, as every claim and count reads it: not expired,
@@ -1538,6 +1595,31 @@ FULL JOIN failed AS f USING (queue, job_type)
 FULL JOIN cancelled AS c USING (queue, job_type)
 FULL JOIN done AS d USING (queue, job_type)
 ORDER BY queue, job_type
+
+-- name: job_page
+-- The jobs matching the console's filters (NULL matches all) among ids in [:floor_id,
+-- :before_id), newest first, at most :limit: one window of the primary key (or of a filter's
+-- own index, where the planner finds it cheaper), never the whole table, whatever the filters.
+-- The caller moves the window down until the page is full or its time is spent.
+SELECT id, job_type, queue, status, priority, attempts, max_attempts, run_at, created_at,
+       updated_at, finished_at, tenant, ordering_key, dedupe_key,
+       left(last_error, 300) AS last_error,
+       CASE WHEN status = 'waiting'
+            THEN coalesce('signal ' || wait_signal, parents_left || ' parent(s)') END
+           AS waits_for
+FROM jobs
+WHERE {{job_page_match(jobs)}}
+ORDER BY id DESC
+LIMIT :limit::int
+
+-- name: job_page_ids
+-- job_page's ids alone, up to :limit in the window (the console's bulk actions take them a
+-- batch at a time, and count them, a window at a time, before asking to confirm).
+SELECT id
+FROM jobs
+WHERE {{job_page_match(jobs)}}
+ORDER BY id DESC
+LIMIT :limit::int
 
 -- name: job_parents
 -- The parents of jobs (depends_on): each edge, with the parent's end and (done) its result
@@ -1921,6 +2003,99 @@ SELECT to_regclass('pgdrain_migrations') IS NOT NULL AS present
 -- name: migration_unlock
 -- Let the next `pgdrain migrate` run (migration_lock).
 SELECT pg_advisory_unlock(:lock_key::bigint)
+
+-- name: queue_board
+-- Every queue at a glance (the console's overview), read through indexes only and counted up
+-- to :cap each: a queue is listed when it has pending, running, waiting or failed jobs or
+-- settings (found by skipping through jobs_pending_queue_idx, jobs_running_idx,
+-- jobs_waiting_idx and jobs_failed_queue_idx, one probe a queue, at most :most_queues of each
+-- in name order). Its due and scheduled jobs and its oldest due job are read as
+-- job_backlog_by_queue reads them, one index range per (queue, priority) pair; its running,
+-- waiting and failed jobs one range each. Whatever the table holds, a few index probes and at
+-- most :cap entries per count.
+WITH RECURSIVE pairs AS (
+    (SELECT j.queue, j.priority, 1 AS n FROM jobs AS j WHERE j.status = 'pending'
+     ORDER BY j.queue, j.priority LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.priority, p.n + 1
+    FROM pairs AS p
+    CROSS JOIN LATERAL (
+        SELECT j.queue, j.priority FROM jobs AS j
+        WHERE j.status = 'pending' AND (j.queue, j.priority) > (p.queue, p.priority)
+        ORDER BY j.queue, j.priority LIMIT 1) AS next
+    WHERE p.n < :most_queues::int
+), running_queues AS (
+    (SELECT queue, 1 AS n FROM jobs WHERE status = 'running' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j WHERE j.status = 'running' AND j.queue > r.queue
+            ORDER BY j.queue LIMIT 1), r.n + 1
+    FROM running_queues AS r
+    WHERE r.queue IS NOT NULL AND r.n < :most_queues::int
+), waiting_queues AS (
+    (SELECT queue, 1 AS n FROM jobs WHERE status = 'waiting' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j WHERE j.status = 'waiting' AND j.queue > w.queue
+            ORDER BY j.queue LIMIT 1), w.n + 1
+    FROM waiting_queues AS w
+    WHERE w.queue IS NOT NULL AND w.n < :most_queues::int
+), failed_queues AS (
+    (SELECT queue, 1 AS n FROM jobs WHERE status = 'failed' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j WHERE j.status = 'failed' AND j.queue > f.queue
+            ORDER BY j.queue LIMIT 1), f.n + 1
+    FROM failed_queues AS f
+    WHERE f.queue IS NOT NULL AND f.n < :most_queues::int
+), per_pair AS (
+    SELECT p.queue,
+           (SELECT j.run_at FROM jobs AS j
+            WHERE {{job_due(j)}} AND j.queue = p.queue AND j.priority = p.priority
+            ORDER BY j.run_at LIMIT 1) AS first_due_at,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM jobs AS j
+                WHERE {{job_due(j)}} AND j.queue = p.queue AND j.priority = p.priority
+                ORDER BY j.run_at LIMIT :cap::int) AS d) AS due,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM jobs AS j
+                WHERE j.status = 'pending' AND j.queue = p.queue AND j.priority = p.priority
+                  AND j.run_at > now()
+                ORDER BY j.run_at LIMIT :cap::int) AS s) AS scheduled
+    FROM pairs AS p
+), named AS (
+    SELECT DISTINCT queue FROM (
+        SELECT queue FROM pairs
+        UNION ALL SELECT queue FROM running_queues
+        UNION ALL SELECT queue FROM waiting_queues
+        UNION ALL SELECT queue FROM failed_queues
+        UNION ALL SELECT queue FROM pgdrain_queues) AS q
+    WHERE queue IS NOT NULL
+    ORDER BY queue
+    LIMIT :most_queues::int
+)
+SELECT q.queue,
+       least(coalesce((SELECT sum(pp.due) FROM per_pair AS pp WHERE pp.queue = q.queue), 0),
+             :cap::int)::bigint AS due,
+       least(coalesce((SELECT sum(pp.scheduled) FROM per_pair AS pp WHERE pp.queue = q.queue),
+                      0), :cap::int)::bigint AS scheduled,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs AS j
+                              WHERE j.status = 'running' AND j.queue = q.queue
+                              LIMIT :cap::int) AS r)::bigint AS running,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs AS j
+                              WHERE j.status = 'waiting' AND j.queue = q.queue
+                              LIMIT :cap::int) AS w)::bigint AS waiting,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs AS j
+                              WHERE j.status = 'failed' AND j.queue = q.queue
+                              LIMIT :cap::int) AS f)::bigint AS failed,
+       -- A run_at of -infinity (plain SQL allows it) counts from year 1: the age stays a number.
+       coalesce(EXTRACT(EPOCH FROM now() - (
+           SELECT CASE WHEN min(pp.first_due_at) = '-infinity'
+                       THEN timestamptz '0001-01-01 00:00:00+00'
+                       ELSE min(pp.first_due_at) END
+           FROM per_pair AS pp WHERE pp.queue = q.queue)), 0)::float8 AS oldest_due_seconds,
+       EXTRACT(EPOCH FROM now() - c.paused_at)::float8 AS paused_seconds,
+       c.max_running, c.rate_limit, c.rate_period
+FROM named AS q
+LEFT JOIN pgdrain_queues AS c ON c.queue = q.queue
+ORDER BY q.queue
 
 -- name: queue_known
 -- Whether :queue is a queue: one set before (pgdrain_queues) or one a job names. A queue no job
