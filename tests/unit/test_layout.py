@@ -48,3 +48,26 @@ def test_the_drain_has_its_own_complexity_bar():
     config = tomllib.loads((DRAIN / "ruff.toml").read_text(encoding="utf-8"))
     assert config["lint"]["mccabe"]["max-complexity"] == 10
     assert (DRAIN / config["extend"]).resolve() == LIBRARY.parents[2] / "pyproject.toml"
+
+
+CONSOLE = LIBRARY.parents[2] / "console" / "pgdrain_console"
+
+
+def test_the_console_stays_out_of_the_lambda_layer():
+    """The layer ships what is beside layers/pgdrain/Makefile: the console is an operator's
+    tool, installed with the CLI (pip install ./console), and its template engine never
+    reaches a function's cold start."""
+    layer = LIBRARY.parent
+    assert CONSOLE.is_dir() and layer not in CONSOLE.parents
+    assert not list(layer.rglob("pgdrain_console"))
+    for path in _modules(layer):
+        source = path.read_text(encoding="utf-8")
+        assert "pgdrain_console" not in source and "jinja2" not in source, path
+    assert not any(line.lower().startswith(("jinja2", "markupsafe", "selenium"))
+                   for name in ("requirements.txt", "requirements-powertools.txt")
+                   for line in (layer / name).read_text().splitlines())
+
+
+def test_no_console_module_is_over_the_limit():
+    too_long = {p.name: _lines(p) for p in _modules(CONSOLE) if _lines(p) > MODULE_LINES}
+    assert too_long == {}
