@@ -50,7 +50,8 @@ def test_indexes_exist(sql):
     indexes = {r["indexname"] for r in sql("SELECT indexname FROM pg_indexes "
                                            "WHERE tablename = 'jobs'")}
     assert {"jobs_pending_idx", "jobs_running_idx", "jobs_done_finished_idx",
-            "jobs_dedupe_key_live_or_waiting_idx", "jobs_alone_idx"} <= indexes
+            "jobs_dedupe_key_live_or_waiting_idx", "jobs_alone_idx",
+            "jobs_failed_queue_idx"} <= indexes
     # One index for the running jobs serves the janitor and the caps (0021).
     assert not {"jobs_running_lease_idx", "jobs_running_queue_idx"} & indexes
 

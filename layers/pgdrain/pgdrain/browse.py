@@ -21,6 +21,9 @@ BOARD_CAP = 10_000
 """Each count on the overview stops here (shown as "10,000+")."""
 BOARD_QUEUES = 200
 """The queues the overview lists at most, in name order."""
+BOARD_PRIORITIES = 32
+"""The priorities of a queue whose pending jobs the overview counts (the lowest, which run
+first): a queue whose jobs use more counts those first ones only."""
 WINDOW_IDS = 50_000
 """The ids one statement of a page looks at: a primary-key range, a few tens of milliseconds."""
 PAGE_SECONDS = 0.15
@@ -118,25 +121,29 @@ def count_matching(conn: Any, match: JobFilter, *, upto: int, seconds: float = 2
     """How many jobs up to ``upto`` ``match`` selects, counted for at most ``seconds``: (the
     count, whether it is complete) — an incomplete one is "at least"."""
     started, count = clock(), 0
-    for ids in matching_ids(conn, match, upto=upto, batch=10_000):
+    batches = matching_ids(conn, match, upto=upto, batch=10_000)
+    for ids in batches:
         count += len(ids)
         if clock() - started >= seconds:
-            return count, False
+            more = next(batches, None)  # the time is spent: is there more than counted?
+            return count, more is None
     return count, True
 
 
-def board(conn: Any, *, cap: int = BOARD_CAP, most_queues: int = BOARD_QUEUES
-          ) -> list[dict[str, Any]]:
+def board(conn: Any, *, cap: int = BOARD_CAP, most_queues: int = BOARD_QUEUES,
+          most_priorities: int = BOARD_PRIORITIES) -> list[dict[str, Any]]:
     """Every queue (up to ``most_queues``): its due, scheduled, running, waiting and failed
-    jobs (each counted up to ``cap``), its oldest due job's wait, whether it is paused (for how
-    many seconds, else None), its cap and rate (``"10/s"``, or None) (queue_board)."""
-    rows = as_session(conn).rows("queue_board", cap=cap, most_queues=most_queues, queues=None)
+    jobs (each counted up to ``cap``; due as the index has it: a pending job expired or asked
+    to stop counts until the janitor ends it), its oldest due job's wait, whether it is paused
+    (for how many seconds, else None), its cap and rate (``"10/s"``, or None) (queue_board)."""
+    rows = as_session(conn).rows("queue_board", cap=cap, most_queues=most_queues,
+                                 most_priorities=most_priorities)
     return [queue_rate(r) for r in rows]
 
 
 def minutes(conn: Any) -> list[dict[str, Any]]:
-    """Jobs done and failed per queue and minute over the last hour (job_minutes): ``queue``,
-    ``minute`` (a timestamptz), ``done``, ``failed``; minutes with neither are absent."""
+    """Jobs done and failed per minute over the last hour (job_minutes): ``minute`` (a
+    timestamptz), ``done``, ``failed``; minutes with neither are absent."""
     return as_session(conn).rows("job_minutes")
 
 

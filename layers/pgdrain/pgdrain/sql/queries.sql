@@ -1481,25 +1481,31 @@ ORDER BY id DESC
 LIMIT :limit::int
 
 -- name: job_minutes
--- Jobs done and failed per queue and minute over the last hour (the console's chart): the done
--- and failed rows finished since (jobs_done_finished_idx, jobs_failed_finished_idx), and the
--- done jobs that left no row (pgdrain_done_counts, written by the minute as they finished).
-SELECT queue, minute, sum(done)::bigint AS done, sum(failed)::bigint AS failed
+-- Jobs done and failed per minute over the last hour (the console's chart): the done and the
+-- failed rows finished since, each status through its own index (jobs_done_finished_idx,
+-- jobs_failed_finished_idx, their entries only while vacuum keeps the table's pages visible),
+-- and the done jobs that left no row (pgdrain_done_counts, written by the minute as they
+-- finished). A read of the last hour's finished jobs: the console reads it at most twice a
+-- minute, whatever the number of tabs open.
+SELECT minute, sum(done)::bigint AS done, sum(failed)::bigint AS failed
 FROM (
-    SELECT queue, date_trunc('minute', finished_at) AS minute,
-           count(*) FILTER (WHERE status = 'done') AS done,
-           count(*) FILTER (WHERE status = 'failed') AS failed
+    SELECT date_trunc('minute', finished_at) AS minute, count(*) AS done, 0 AS failed
     FROM jobs
-    WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 hour'
-    GROUP BY 1, 2
+    WHERE status = 'done' AND finished_at > now() - interval '1 hour'
+    GROUP BY 1
     UNION ALL
-    SELECT queue, minute, sum(done), 0
+    SELECT date_trunc('minute', finished_at), 0, count(*)
+    FROM jobs
+    WHERE status = 'failed' AND finished_at > now() - interval '1 hour'
+    GROUP BY 1
+    UNION ALL
+    SELECT minute, sum(done), 0
     FROM pgdrain_done_counts
     WHERE minute > now() - interval '61 minutes'
-    GROUP BY 1, 2
+    GROUP BY 1
 ) AS m
-GROUP BY queue, minute
-ORDER BY minute, queue
+GROUP BY minute
+ORDER BY minute
 
 -- name: job_oldest_due_age
 -- Seconds since the oldest due job (job_due, as every claim and count reads it: not expired,
@@ -2009,21 +2015,19 @@ SELECT pg_advisory_unlock(:lock_key::bigint)
 -- to :cap each: a queue is listed when it has pending, running, waiting or failed jobs or
 -- settings (found by skipping through jobs_pending_queue_idx, jobs_running_idx,
 -- jobs_waiting_idx and jobs_failed_queue_idx, one probe a queue, at most :most_queues of each
--- in name order). Its due and scheduled jobs and its oldest due job are read as
--- job_backlog_by_queue reads them, one index range per (queue, priority) pair; its running,
--- waiting and failed jobs one range each. Whatever the table holds, a few index probes and at
--- most :cap entries per count.
-WITH RECURSIVE pairs AS (
-    (SELECT j.queue, j.priority, 1 AS n FROM jobs AS j WHERE j.status = 'pending'
-     ORDER BY j.queue, j.priority LIMIT 1)
+-- in name order). A queue's due and scheduled jobs and its first due run_at are read one
+-- (queue, priority) range of jobs_pending_queue_idx at a time (its first :most_priorities
+-- priorities), index entries only: a pending job past its expires_at or asked to stop counts
+-- as due here until the janitor ends it (within its next pass), where the claims skip it. Its
+-- running, waiting and failed jobs are one range each. Whatever the table holds: a few index
+-- probes, and at most :cap entries per count.
+WITH RECURSIVE pending_queues AS (
+    (SELECT queue, 1 AS n FROM jobs WHERE status = 'pending' ORDER BY queue LIMIT 1)
     UNION ALL
-    SELECT next.queue, next.priority, p.n + 1
-    FROM pairs AS p
-    CROSS JOIN LATERAL (
-        SELECT j.queue, j.priority FROM jobs AS j
-        WHERE j.status = 'pending' AND (j.queue, j.priority) > (p.queue, p.priority)
-        ORDER BY j.queue, j.priority LIMIT 1) AS next
-    WHERE p.n < :most_queues::int
+    SELECT (SELECT j.queue FROM jobs AS j WHERE j.status = 'pending' AND j.queue > p.queue
+            ORDER BY j.queue LIMIT 1), p.n + 1
+    FROM pending_queues AS p
+    WHERE p.queue IS NOT NULL AND p.n < :most_queues::int
 ), running_queues AS (
     (SELECT queue, 1 AS n FROM jobs WHERE status = 'running' ORDER BY queue LIMIT 1)
     UNION ALL
@@ -2045,24 +2049,9 @@ WITH RECURSIVE pairs AS (
             ORDER BY j.queue LIMIT 1), f.n + 1
     FROM failed_queues AS f
     WHERE f.queue IS NOT NULL AND f.n < :most_queues::int
-), per_pair AS (
-    SELECT p.queue,
-           (SELECT j.run_at FROM jobs AS j
-            WHERE {{job_due(j)}} AND j.queue = p.queue AND j.priority = p.priority
-            ORDER BY j.run_at LIMIT 1) AS first_due_at,
-           (SELECT count(*) FROM (
-                SELECT 1 FROM jobs AS j
-                WHERE {{job_due(j)}} AND j.queue = p.queue AND j.priority = p.priority
-                ORDER BY j.run_at LIMIT :cap::int) AS d) AS due,
-           (SELECT count(*) FROM (
-                SELECT 1 FROM jobs AS j
-                WHERE j.status = 'pending' AND j.queue = p.queue AND j.priority = p.priority
-                  AND j.run_at > now()
-                ORDER BY j.run_at LIMIT :cap::int) AS s) AS scheduled
-    FROM pairs AS p
 ), named AS (
     SELECT DISTINCT queue FROM (
-        SELECT queue FROM pairs
+        SELECT queue FROM pending_queues
         UNION ALL SELECT queue FROM running_queues
         UNION ALL SELECT queue FROM waiting_queues
         UNION ALL SELECT queue FROM failed_queues
@@ -2070,12 +2059,46 @@ WITH RECURSIVE pairs AS (
     WHERE queue IS NOT NULL
     ORDER BY queue
     LIMIT :most_queues::int
+), pending AS (
+    SELECT q.queue, d.first_due_at, d.due, d.scheduled
+    FROM named AS q
+    CROSS JOIN LATERAL (
+        WITH RECURSIVE priorities AS (
+            (SELECT j.priority, 1 AS n FROM jobs AS j
+             WHERE j.status = 'pending' AND j.queue = q.queue
+             ORDER BY j.priority LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM jobs AS j
+                    WHERE j.status = 'pending' AND j.queue = q.queue
+                      AND j.priority > p.priority
+                    ORDER BY j.priority LIMIT 1), p.n + 1
+            FROM priorities AS p
+            WHERE p.priority IS NOT NULL AND p.n < :most_priorities::int
+        )
+        SELECT min(r.first_due_at) AS first_due_at, sum(r.due) AS due,
+               sum(r.scheduled) AS scheduled
+        FROM (
+            SELECT (SELECT j.run_at FROM jobs AS j
+                    WHERE j.status = 'pending' AND j.queue = q.queue
+                      AND j.priority = p.priority AND j.run_at <= now()
+                    ORDER BY j.run_at LIMIT 1) AS first_due_at,
+                   (SELECT count(*) FROM (
+                        SELECT 1 FROM jobs AS j
+                        WHERE j.status = 'pending' AND j.queue = q.queue
+                          AND j.priority = p.priority AND j.run_at <= now()
+                        LIMIT :cap::int) AS d) AS due,
+                   (SELECT count(*) FROM (
+                        SELECT 1 FROM jobs AS j
+                        WHERE j.status = 'pending' AND j.queue = q.queue
+                          AND j.priority = p.priority AND j.run_at > now()
+                        LIMIT :cap::int) AS s) AS scheduled
+            FROM priorities AS p
+            WHERE p.priority IS NOT NULL) AS r
+    ) AS d
 )
 SELECT q.queue,
-       least(coalesce((SELECT sum(pp.due) FROM per_pair AS pp WHERE pp.queue = q.queue), 0),
-             :cap::int)::bigint AS due,
-       least(coalesce((SELECT sum(pp.scheduled) FROM per_pair AS pp WHERE pp.queue = q.queue),
-                      0), :cap::int)::bigint AS scheduled,
+       least(coalesce(p.due, 0), :cap::int)::bigint AS due,
+       least(coalesce(p.scheduled, 0), :cap::int)::bigint AS scheduled,
        (SELECT count(*) FROM (SELECT 1 FROM jobs AS j
                               WHERE j.status = 'running' AND j.queue = q.queue
                               LIMIT :cap::int) AS r)::bigint AS running,
@@ -2086,14 +2109,13 @@ SELECT q.queue,
                               WHERE j.status = 'failed' AND j.queue = q.queue
                               LIMIT :cap::int) AS f)::bigint AS failed,
        -- A run_at of -infinity (plain SQL allows it) counts from year 1: the age stays a number.
-       coalesce(EXTRACT(EPOCH FROM now() - (
-           SELECT CASE WHEN min(pp.first_due_at) = '-infinity'
-                       THEN timestamptz '0001-01-01 00:00:00+00'
-                       ELSE min(pp.first_due_at) END
-           FROM per_pair AS pp WHERE pp.queue = q.queue)), 0)::float8 AS oldest_due_seconds,
+       coalesce(EXTRACT(EPOCH FROM now() - CASE
+           WHEN p.first_due_at = '-infinity' THEN timestamptz '0001-01-01 00:00:00+00'
+           ELSE p.first_due_at END), 0)::float8 AS oldest_due_seconds,
        EXTRACT(EPOCH FROM now() - c.paused_at)::float8 AS paused_seconds,
        c.max_running, c.rate_limit, c.rate_period
 FROM named AS q
+LEFT JOIN pending AS p ON p.queue = q.queue
 LEFT JOIN pgdrain_queues AS c ON c.queue = q.queue
 ORDER BY q.queue
 
