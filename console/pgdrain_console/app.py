@@ -23,6 +23,8 @@ from .web import BadRequest, Request, Response
 log = logging.getLogger("pgdrain.console")
 
 _JOB = re.compile(r"/jobs/([0-9]{1,19})")
+CHART_SECONDS = 30.0
+"""How often the chart of the last hour is read at most."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class Console:
                                       pretty=text.pretty_json, age=text.age, when=text.when,
                                       count=text.count)
         self.overview = Shared(lambda: pages.read_overview(self), seconds=settings.refresh_seconds)
+        # The chart's minutes change once a minute, and read the last hour's finished jobs.
+        self.minutes = Shared(lambda: pages.read_minutes(self),
+                              seconds=settings.refresh_seconds and max(
+                                  settings.refresh_seconds, CHART_SECONDS))
         self.stylesheet = resources.files(__package__).joinpath(
             "static/console.css").read_bytes()
 

@@ -37,8 +37,8 @@ class Chart:
 
 def per_minute(rows: Iterable[Mapping[str, Any]], now: datetime
                ) -> list[tuple[datetime, int, int]]:
-    """The last ``MINUTES`` minutes up to ``now``'s, oldest first: (minute, done, failed),
-    summed over queues; minutes nothing finished in count zero."""
+    """The last ``MINUTES`` minutes up to ``now``'s, oldest first: (minute, done, failed);
+    minutes nothing finished in count zero."""
     this_minute = now.replace(second=0, microsecond=0)
     minutes = [this_minute - timedelta(minutes=MINUTES - 1 - i) for i in range(MINUTES)]
     done = dict.fromkeys(minutes, 0)

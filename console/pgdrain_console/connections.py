@@ -80,8 +80,16 @@ def _close(conn: Any) -> None:
 
 
 class Shared:
-    """A value read at most once per ``seconds``, shared by every request; a failed read is
-    shared too, for as long, so that a database that is down is not asked once per tab."""
+    """A value read at most once per ``seconds``, shared by every request.
+
+    Only the first read keeps a request waiting. Once there is a value, a request that finds
+    it older than ``seconds`` gets it at once, with its age, and starts one read in the
+    background that replaces it: a page never waits for the database's slowest read, and the
+    database sees one read per interval however many tabs are open. A failed read keeps the
+    last value (``error`` says why, until a read succeeds); with no value yet, the failure is
+    raised, and shared for ``seconds`` so that a database that is down is not asked once per
+    tab. At ``seconds`` 0, every request reads, and waits for it (the tests' setting).
+    """
 
     def __init__(self, read: Callable[[], Any], *, seconds: float,
                  clock: Callable[[], float] = time.monotonic):
@@ -89,22 +97,52 @@ class Shared:
         self._seconds = seconds
         self._clock = clock
         self._lock = threading.Lock()
+        self._first = threading.Lock()
         self._at: float | None = None
+        """When the last read ended (the next starts ``seconds`` after)."""
+        self._value_at = 0.0
+        """When the value was read (its age)."""
         self._value: Any = None
-        self._error: Exception | None = None
+        self._refreshing = False
+        self.error: Exception | None = None
         self.reads = 0
 
     def get(self) -> tuple[Any, float]:
-        """The value and its age in seconds; raises the read's error while it is shared."""
+        """The value and its age in seconds; raises the read's error while there is none."""
         with self._lock:
-            now = self._clock()
-            if self._at is None or now - self._at >= self._seconds:
-                self.reads += 1
-                try:
-                    self._value, self._error = self._read(), None
-                except Exception as exc:
-                    self._value, self._error = None, exc
-                self._at = self._clock()
-            if self._error is not None:
-                raise self._error
-            return self._value, self._clock() - self._at
+            if self._value is not None and self._seconds > 0:
+                self._refresh_if_due()
+                return self._value, self._clock() - self._value_at
+        with self._first:  # one read at a time; the requests behind it get its value
+            with self._lock:
+                if self._value is not None and self._seconds > 0:
+                    return self._value, self._clock() - self._value_at
+                if self.error is not None and self._at is not None \
+                        and self._clock() - self._at < self._seconds:
+                    raise self.error
+            self._refresh()
+            with self._lock:
+                if self._value is None or (self._seconds == 0 and self.error is not None):
+                    assert self.error is not None
+                    raise self.error
+                return self._value, self._clock() - self._value_at
+
+    def _refresh_if_due(self) -> None:
+        """(Under the lock.) One background read, once ``seconds`` have passed since the last."""
+        if not self._refreshing and self._clock() - (self._at or 0.0) >= self._seconds:
+            self._refreshing = True
+            threading.Thread(target=self._refresh, name="pgdrain-console-refresh",
+                             daemon=True).start()
+
+    def _refresh(self) -> None:
+        try:
+            value, error = self._read(), None
+        except Exception as exc:
+            value, error = None, exc
+        with self._lock:
+            self.reads += 1
+            self._at = self._clock()
+            if error is None:
+                self._value, self._value_at = value, self._at
+            self.error = error
+            self._refreshing = False

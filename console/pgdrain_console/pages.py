@@ -3,7 +3,6 @@ template. A database that does not answer is a page that says so (503), not a cr
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -40,34 +39,32 @@ def unavailable(console: Console, exc: Exception) -> Response:
 
 
 def read_overview(console: Console) -> dict[str, Any]:
-    """Everything the overview shows, read once for every tab (``Console.overview``)."""
+    """The overview's queues, failures and drains, read once for every tab
+    (``Console.overview``)."""
     with console.connections.connection() as conn:
-        queues = browse.board(conn)
-        minutes = browse.minutes(conn)
-        failures = browse.recent_failures(conn, limit=FAILURES_SHOWN)
-        slots = store.drain_slots_held(conn)
-    last_hour: dict[str, dict[str, int]] = defaultdict(lambda: {"done": 0, "failed": 0})
-    for row in minutes:
-        last_hour[row["queue"]]["done"] += int(row["done"])
-        last_hour[row["queue"]]["failed"] += int(row["failed"])
-    for queue in queues:
-        queue.update(done_last_hour=last_hour[queue["queue"]]["done"],
-                     failed_last_hour=last_hour[queue["queue"]]["failed"])
-    now = datetime.now(UTC)
-    return {"queues": queues, "chart": chart(minutes, now), "failures": failures,
-            "slots": slots, "read_at": now}
+        return {"queues": browse.board(conn),
+                "failures": browse.recent_failures(conn, limit=FAILURES_SHOWN),
+                "slots": store.drain_slots_held(conn), "read_at": datetime.now(UTC)}
+
+
+def read_minutes(console: Console) -> list[dict[str, Any]]:
+    """The chart's minutes (``Console.minutes``)."""
+    with console.connections.connection() as conn:
+        return browse.minutes(conn)
 
 
 def overview(console: Console, request: Request) -> Response:
     try:
         view, age = console.overview.get()
-    except PgdrainError as exc:
-        return unavailable(console, exc)
+        minutes, _ = console.minutes.get()
     except Exception as exc:
         return unavailable(console, exc)
+    failed = console.overview.error or console.minutes.error
     return console.render("overview.html", view=view, age=age, cap=browse.BOARD_CAP,
+                          chart=chart(minutes, datetime.now(UTC)),
                           refresh=console.settings.refresh_seconds,
                           max_drains=console.settings.max_drains,
+                          stale=None if failed is None else describe(failed),
                           notice=console.notices.take(request.query.get("notice")))
 
 
