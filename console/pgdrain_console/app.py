@@ -105,6 +105,8 @@ class Console:
                                 "printed")
         if request.method == "GET" and request.path == "/static/console.css":
             return Response("200 OK", self.stylesheet, "text/css; charset=utf-8")
+        if request.method == "GET" and request.path == "/favicon.ico":  # a browser asks
+            return Response("204 No Content", content_type="image/x-icon")
         if request.method == "GET" and "token" in request.query:
             if not guard.token_ok(request.query["token"]):
                 return self.refusal("403 Forbidden", "that token is not the one this console "
@@ -171,7 +173,8 @@ class Console:
 
     def back(self, location: str, message: str) -> Response:
         """Send the browser to ``location`` (one of the console's own paths), where
-        ``message`` is shown once."""
+        ``message`` is shown once, and the overview as the action left the queue."""
+        self.overview.forget()
         key = self.notices.add(message)
         joiner = "&" if "?" in location else "?"
         return Response.redirect(f"{location}{joiner}notice={key}")

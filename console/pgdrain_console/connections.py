@@ -104,6 +104,8 @@ class Shared:
         """When the value was read (its age)."""
         self._value: Any = None
         self._refreshing = False
+        self._generation = 0
+        """Counts ``forget``s: a read that began before one is not kept."""
         self.error: Exception | None = None
         self.reads = 0
 
@@ -127,6 +129,13 @@ class Shared:
                     raise self.error
                 return self._value, self._clock() - self._value_at
 
+    def forget(self) -> None:
+        """The value is out of date (an action changed what it shows): the next request
+        reads anew, and waits for it."""
+        with self._lock:
+            self._value, self._at = None, None
+            self._generation += 1
+
     def _refresh_if_due(self) -> None:
         """(Under the lock.) One background read, once ``seconds`` have passed since the last."""
         if not self._refreshing and self._clock() - (self._at or 0.0) >= self._seconds:
@@ -135,14 +144,18 @@ class Shared:
                              daemon=True).start()
 
     def _refresh(self) -> None:
+        with self._lock:
+            generation = self._generation
         try:
             value, error = self._read(), None
         except Exception as exc:
             value, error = None, exc
         with self._lock:
             self.reads += 1
+            self._refreshing = False
+            if generation != self._generation:
+                return  # forgotten while it read: the next request reads again
             self._at = self._clock()
             if error is None:
                 self._value, self._value_at = value, self._at
             self.error = error
-            self._refreshing = False

@@ -36,7 +36,9 @@ class Filters:
 
 
 def read(values: Mapping[str, str]) -> Filters:
-    raw = {name: values[name].strip() for name in FIELDS if values.get(name, "").strip()}
+    # Names are exact ("emails " is a queue of its own): only the choices and ages are trimmed.
+    raw = {name: values[name] if name in TEXT_FIELDS else values[name].strip()
+           for name in FIELDS if values.get(name, "").strip()}
     problems: list[str] = []
     given: dict[str, object] = {}
     status = raw.get("status")

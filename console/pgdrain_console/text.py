@@ -54,12 +54,17 @@ def count(value: int | None, cap: int) -> str:
     return f"{cap:,}+" if value >= cap else f"{value:,}"
 
 
-def when(value: datetime | None, now: datetime | None = None) -> str:
-    """A time in UTC to the second, and how long ago or ahead: ``2026-12-04 18:02:31 (5m
-    ago)``."""
+def when(value: datetime | str | None, now: datetime | None = None) -> str:
+    """A time in UTC to the second, and how long ago or ahead: ``2026-12-04 18:02:31 UTC (5m
+    ago)``; an ISO 8601 text (a time inside a JSON column) too; anything else as text."""
     if value is None:
         return ""
-    if not isinstance(value, datetime):
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return visible(value)
+    if not isinstance(value, datetime) or value.tzinfo is None:
         return visible(value)
     now = now or datetime.now(UTC)
     try:
@@ -68,4 +73,4 @@ def when(value: datetime | None, now: datetime | None = None) -> str:
     except (OverflowError, ValueError):  # infinity, year 1: plain SQL can store them
         return visible(value)
     relative = f"{age(delta)} ago" if delta >= 0 else f"in {age(-delta)}"
-    return f"{shown} ({relative})"
+    return f"{shown} UTC ({relative})"

@@ -17,7 +17,9 @@ SECURITY_HEADERS = (
      "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
      "frame-ancestors 'none'; base-uri 'none'"),
     ("X-Content-Type-Options", "nosniff"),
-    ("Referrer-Policy", "no-referrer"),
+    # same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` with the
+    # console's own forms, which the guard must refuse as it refuses another site's.
+    ("Referrer-Policy", "same-origin"),
     ("X-Frame-Options", "DENY"),
     ("Cross-Origin-Opener-Policy", "same-origin"),
     ("Cross-Origin-Resource-Policy", "same-origin"),

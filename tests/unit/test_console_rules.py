@@ -67,7 +67,7 @@ def test_the_cookie_is_http_only_strict_and_named_after_the_port():
 def test_filters_read_each_field_and_say_what_is_wrong():
     chosen = filters.read({"status": "failed", "type": " export ", "q": "Zoë", "older_than":
                            "2h", "tenant": "", "queue": "x" * 501, "waiting_for": "nobody"})
-    assert chosen.match.status == "failed" and chosen.match.job_type == "export"
+    assert chosen.match.status == "failed" and chosen.match.job_type == " export "  # exact
     assert chosen.match.search == "Zoë" and chosen.match.older_than_seconds == 7200
     assert chosen.match.tenant is None and chosen.match.queue is None
     assert chosen.problems == ("waiting for is parents or signal",
@@ -107,8 +107,10 @@ def test_ages_counts_and_times_read_at_a_glance():
         "0s", "59s", "1m 1s", "10m", "1h 1m", "1d 1h"]
     assert text.count(9_999, 10_000) == "9,999" and text.count(10_000, 10_000) == "10,000+"
     now = datetime(2026, 12, 4, 18, 0, tzinfo=UTC)
-    assert text.when(now - timedelta(minutes=5), now) == "2026-12-04 17:55:00 (5m 0s ago)"
-    assert text.when(now + timedelta(hours=2), now) == "2026-12-04 20:00:00 (in 2h 0m)"
+    assert text.when(now - timedelta(minutes=5), now) == "2026-12-04 17:55:00 UTC (5m 0s ago)"
+    assert text.when(now + timedelta(hours=2), now) == "2026-12-04 20:00:00 UTC (in 2h 0m)"
+    assert text.when("2026-12-04T19:00:00+01:00", now) == "2026-12-04 18:00:00 UTC (0s ago)"
+    assert text.when("soon\u202e", now) == "soon\\u202e"
     assert text.when(None) == ""
 
 
