@@ -4,11 +4,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-REQUIREMENTS := requirements-dev.txt $(wildcard layers/pgdrain/requirements*.txt) pyproject.toml dev/pyproject.toml
+REQUIREMENTS := requirements-dev.txt $(wildcard layers/pgdrain/requirements*.txt) pyproject.toml dev/pyproject.toml console/pyproject.toml
 STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | cksum | cut -d' ' -f1)
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: help demo test test-unit lint migrate clean sam-check soak soak-model
+.PHONY: help demo test test-unit lint migrate clean sam-check soak soak-model browser console-screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z/-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -21,13 +21,14 @@ $(STAMP): $(REQUIREMENTS)
 	$(PIP) install -r requirements-dev.txt
 	$(PIP) install --no-deps -e .
 	$(PIP) install --no-deps -e dev/
+	$(PIP) install --no-deps -e console/
 	touch $@
 
 venv: $(STAMP)
 
 # The demo installs only what it runs (about 15 packages, not the test tools' hundred); a
 # venv that `make test` built has it all already.
-DEMO_REQUIREMENTS := requirements-demo.txt layers/pgdrain/requirements.txt layers/pgdrain/requirements-powertools.txt pyproject.toml dev/pyproject.toml
+DEMO_REQUIREMENTS := requirements-demo.txt layers/pgdrain/requirements.txt layers/pgdrain/requirements-powertools.txt pyproject.toml dev/pyproject.toml console/pyproject.toml
 DEMO_STAMP := $(VENV)/.demo-$(shell cat $(DEMO_REQUIREMENTS) | cksum | cut -d' ' -f1)
 
 $(DEMO_STAMP): $(DEMO_REQUIREMENTS)
@@ -35,14 +36,35 @@ $(DEMO_STAMP): $(DEMO_REQUIREMENTS)
 	  { echo "pgdrain needs Python 3.11 or newer; set PYTHON=python3.x"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -r requirements-demo.txt
-	$(PIP) install --no-deps -e . -e dev/
+	$(PIP) install --no-deps -e . -e dev/ -e console/
 	touch $@
 
 demo: $(DEMO_STAMP) ## run the seed article's scenario on an embedded PostgreSQL
 	$(BIN)/python demo/seed.py
 
-test: $(STAMP) ## run the whole suite (embedded PostgreSQL, or DATABASE_URL)
+test: $(STAMP) browser ## run the whole suite (embedded PostgreSQL, or DATABASE_URL)
 	$(BIN)/python -m pytest
+
+# The console's browser tests drive Debian's Chromium through its ChromeDriver (Selenium never
+# downloads one): installed here when either is missing, which needs root and apt-get.
+BROWSER_PACKAGES := chromium chromium-driver
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends
+browser: ## install Chromium and ChromeDriver for the console's browser tests when missing (apt-get, as root)
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: the console's browser tests need Chromium and ChromeDriver at /usr/bin/chromium and /usr/bin/chromedriver; there is no apt-get here: install them with this system's package manager (Debian and Ubuntu: apt-get install $(BROWSER_PACKAGES))" >&2; \
+	  exit 1; \
+	fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "make: the console's browser tests need Chromium and ChromeDriver; install them as root: sudo apt-get install $(BROWSER_PACKAGES) (or run make as root)" >&2; \
+	  exit 1; \
+	fi; \
+	echo "make: installing $(BROWSER_PACKAGES) for the console's browser tests"; \
+	$(APT_INSTALL) $(BROWSER_PACKAGES) || { apt-get update && $(APT_INSTALL) $(BROWSER_PACKAGES); }
+
+console-screenshots: $(STAMP) browser ## regenerate docs/console/*.png: the console's pages on a realistic queue, in headless Chromium
+	PGDRAIN_SCREENSHOTS=$(CURDIR)/docs/console $(BIN)/python -m pytest -q \
+	  tests/console/test_console_browser.py -k test_the_pages_of_a_realistic_queue
 
 test-unit: $(STAMP) ## run the tests that need no database
 	$(BIN)/python -m pytest tests/unit

@@ -149,7 +149,8 @@ def main() -> None:
         conn.close()
     if embedded:
         print(f"\nThe demo's queue stays in {demo_datadir()}: try `.venv/bin/pgdrain stats "
-              "--demo`, `.venv/bin/pgdrain list --demo` or `.venv/bin/pgdrain top --demo`.")
+              "--demo`, `.venv/bin/pgdrain list --demo`, `.venv/bin/pgdrain top --demo`, or "
+              "`.venv/bin/pgdrain console --demo` and open the URL it prints.")
 
 
 if __name__ == "__main__":
