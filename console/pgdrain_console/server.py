@@ -17,6 +17,9 @@ REQUEST_SECONDS = 30
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's backlog is 5: a browser opening several tabs at once had its sixth
+    # connection dropped and retried a second later.
+    request_queue_size = 128
 
 
 class _Server6(_Server):
