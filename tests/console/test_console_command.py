@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -40,7 +41,8 @@ def test_the_console_prints_its_url_first_and_answers_only_that_token(database_u
             assert page.status == 200
             body = page.read().decode()
         assert "read-only" in body and "Overview" in body
-        assert database_url.rsplit("/", 1)[1] in body  # says which database it is on
+        database = urllib.parse.urlsplit(database_url).path.lstrip("/")
+        assert f"/{database} (DATABASE_URL)" in body  # says which database it is on
     finally:
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=20)
