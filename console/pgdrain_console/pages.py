@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pgdrain import browse, scheduler, store
 from pgdrain.errors import PgdrainError, QueryFailed, server_text
 
-from . import filters
+from . import filters, text
 from .chart import chart
 from .web import Request, Response
 
@@ -99,7 +99,8 @@ def job(console: Console, request: Request, ident: int) -> Response:
     if found is None:
         return console.refusal("404 Not Found", f"there is no job {ident} (deleted, purged "
                                "after it finished, or never enqueued)", signed_in=True)
-    return console.render("job.html", job=found, now=datetime.now(UTC),
+    return console.render("job.html", job=found, attempts=text.attempts(found.get("errors")),
+                          now=datetime.now(UTC),
                           notice=console.notices.take(request.query.get("notice")))
 
 

@@ -74,3 +74,19 @@ def when(value: datetime | str | None, now: datetime | None = None) -> str:
         return visible(value)
     relative = f"{age(delta)} ago" if delta >= 0 else f"in {age(-delta)}"
     return f"{shown} UTC ({relative})"
+
+
+def attempts(errors: Any) -> list[dict[str, Any]]:
+    """A job's error history as the page lists it: each entry's ``attempt``, ``at`` and
+    ``error``; an entry that is not one (plain SQL may write anything into the array) shown
+    whole as its ``error``."""
+    if not isinstance(errors, list):
+        return []
+    shown = []
+    for entry in errors:
+        if isinstance(entry, dict):
+            shown.append({"attempt": entry.get("attempt"), "at": entry.get("at"),
+                          "error": entry.get("error")})
+        else:
+            shown.append({"attempt": None, "at": None, "error": pretty_json(entry)})
+    return shown

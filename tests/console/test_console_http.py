@@ -308,3 +308,25 @@ def test_an_action_on_a_job_that_cannot_take_it_says_so(acting_client, sql):
 @pytest.mark.parametrize("path", ["/jobs/1/../../etc", "/static/../app.py", "/nothing"])
 def test_unknown_paths_are_not_found(client, path):
     assert client.get(path).status in (403, 404)
+
+
+def test_a_job_plain_sql_wrote_oddly_still_has_its_page(client, sql):
+    """Plain SQL may store what the library never writes: entries of the error history that
+    are not entries, a payload that is not an object, a number Python cannot hold, times at
+    infinity. The page shows each as it is, and the rest of the job."""
+    odd = [
+        {"errors": '[[1], {"attempt": 1}]', "payload": "[1, 2]"},
+        {"errors": '[1, "two", {"attempt": "x"}, {"at": "soon", "error": null}]',
+         "payload": '"just text"'},
+        {"errors": "[]", "payload": "{}", "result": "1" + "0" * 5000,
+         "run_at": "infinity", "finished_at": "-infinity"},
+    ]
+    for columns in odd:
+        ident = _job(sql, job_type="odd", status="failed", **columns)
+        page = client.get(f"/jobs/{ident}")
+        assert page.status == 200, page.body[-2000:]
+        assert f"Job {ident}" in page.body
+    assert "&#34;just text&#34;" in page.body or "just text" in client.get(
+        f"/jobs/{ident - 1}").body
+    listing = client.get("/jobs?type=odd")
+    assert listing.status == 200 and len(listing.links(r"/jobs/\d+")) == 3

@@ -129,3 +129,13 @@ def test_the_chart_has_a_bar_a_minute_scaled_to_the_busiest():
     assert drawn.bars[-2].done_height == 100 and drawn.bars[0].done_height == 0
     assert last.label == "18:30 UTC: 8 done, 2 failed" and drawn.start == "17:31"
     assert chart.chart([], now).peak == 0
+
+
+def test_an_error_history_is_listed_entry_by_entry_whatever_plain_sql_wrote():
+    assert text.attempts([{"attempt": 1, "at": "2026-12-04T10:00:00+00:00", "error": "E"},
+                          [1], "two", {"error": None}]) == [
+        {"attempt": 1, "at": "2026-12-04T10:00:00+00:00", "error": "E"},
+        {"attempt": None, "at": None, "error": "[\n  1\n]"},
+        {"attempt": None, "at": None, "error": '"two"'},
+        {"attempt": None, "at": None, "error": None}]
+    assert text.attempts(None) == [] and text.attempts({"attempt": 1}) == []
