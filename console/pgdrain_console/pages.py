@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgdrain import browse, scheduler, store
-from pgdrain.errors import PgdrainError, QueryFailed, server_text
+from pgdrain.errors import InvalidJobId, PgdrainError, QueryFailed, server_text
 
 from . import filters, text
 from .chart import chart
@@ -90,10 +90,8 @@ def job(console: Console, request: Request, ident: int) -> Response:
     try:
         with console.connections.connection() as conn:
             found = store.get_job(conn, ident)
-    except PgdrainError as exc:
-        if exc.__class__.__name__ == "InvalidJobId":
-            return console.refusal("404 Not Found", str(exc), signed_in=True)
-        return unavailable(console, exc)
+    except InvalidJobId as exc:  # 19 digits past the largest id a job can have
+        return console.refusal("404 Not Found", str(exc), signed_in=True)
     except Exception as exc:
         return unavailable(console, exc)
     if found is None:

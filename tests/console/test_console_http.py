@@ -330,3 +330,8 @@ def test_a_job_plain_sql_wrote_oddly_still_has_its_page(client, sql):
         f"/jobs/{ident - 1}").body
     listing = client.get("/jobs?type=odd")
     assert listing.status == 200 and len(listing.links(r"/jobs/\d+")) == 3
+
+
+def test_an_id_no_job_can_have_is_not_found(client):
+    page = client.get("/jobs/9999999999999999999")
+    assert page.status == 404 and "an integer from 1 to 9223372036854775807" in page.body
