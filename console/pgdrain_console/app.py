@@ -73,9 +73,9 @@ class Console:
         self.templates = Environment(loader=PackageLoader("pgdrain_console"), autoescape=True,
                                      undefined=StrictUndefined, trim_blocks=True,
                                      lstrip_blocks=True)
-        self.templates.filters.update(visible=text.visible, lines=text.visible_lines,
-                                      pretty=text.pretty_json, age=text.age, when=text.when,
-                                      count=text.count)
+        self.templates.filters.update(visible=text.visible, name=text.name,
+                                      lines=text.visible_lines, pretty=text.pretty_json,
+                                      age=text.age, when=text.when, count=text.count)
         self.overview = Shared(lambda: pages.read_overview(self), seconds=settings.refresh_seconds)
         # The chart's minutes change once a minute, and read the last hour's finished jobs.
         self.minutes = Shared(lambda: pages.read_minutes(self),

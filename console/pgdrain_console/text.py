@@ -19,6 +19,13 @@ def visible(value: Any) -> str:
     return escape(value if isinstance(value, str) else str(value))
 
 
+def name(value: Any) -> str:
+    """A queue's, type's, tenant's or key's name as ``visible`` shows it, quoted when it begins
+    or ends with white space (``'emails '`` is another queue than ``emails``)."""
+    shown = visible(value)
+    return f"'{shown}'" if shown != shown.strip() else shown
+
+
 def visible_lines(value: Any) -> str:
     """Text of several lines (an error's traceback): each line as ``visible``."""
     if value is None:

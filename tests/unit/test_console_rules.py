@@ -139,3 +139,9 @@ def test_an_error_history_is_listed_entry_by_entry_whatever_plain_sql_wrote():
         {"attempt": None, "at": None, "error": '"two"'},
         {"attempt": None, "at": None, "error": None}]
     assert text.attempts(None) == [] and text.attempts({"attempt": 1}) == []
+
+
+def test_a_name_with_white_space_at_an_end_is_quoted():
+    assert text.name("emails ") == "'emails '" and text.name(" a") == "' a'"
+    assert text.name("emails") == "emails" and text.name("two words") == "two words"
+    assert text.name("x\u202e ") == "'x\\u202e '" and text.name(None) == ""
