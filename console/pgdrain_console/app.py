@@ -112,7 +112,8 @@ class Console:
                 return self.refusal("403 Forbidden", "that token is not the one this console "
                                     "printed: open the URL it printed when it started")
             rest = {k: v for k, v in request.query.items() if k != "token"}
-            location = request.path + (f"?{urlencode(rest)}" if rest else "")
+            # One leading slash: `//host/x` would send the browser to another host.
+            location = "/" + request.path.lstrip("/") + (f"?{urlencode(rest)}" if rest else "")
             redirect = Response.redirect(location)
             redirect.headers.append(("Set-Cookie", guard.set_cookie()))
             return redirect

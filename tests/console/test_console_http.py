@@ -55,6 +55,11 @@ def test_the_token_becomes_a_cookie_and_leaves_the_address(console):
     assert page.status == 200 and "tester@127.0.0.1/test" in page.body
 
 
+def test_the_redirect_that_drops_the_token_stays_on_the_console(console):
+    first = Client(console).get(f"//evil.example/x?token={console.token}", follow=False)
+    assert first.status == 303 and first.headers["Location"] == "/evil.example/x"
+
+
 def test_a_request_naming_another_host_is_refused(client):
     """A DNS-rebinding page reaches the console under its own name: refused."""
     page = client.get("/", headers={"Host": "attacker.example:80"})
