@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
@@ -112,8 +112,10 @@ class Console:
                 return self.refusal("403 Forbidden", "that token is not the one this console "
                                     "printed: open the URL it printed when it started")
             rest = {k: v for k, v in request.query.items() if k != "token"}
-            # One leading slash: `//host/x` would send the browser to another host.
-            location = "/" + request.path.lstrip("/") + (f"?{urlencode(rest)}" if rest else "")
+            # One leading slash (`//host/x` would send the browser to another host), and the
+            # path encoded again (a decoded CR LF would end the header).
+            location = quote("/" + request.path.lstrip("/")) + (
+                f"?{urlencode(rest)}" if rest else "")
             redirect = Response.redirect(location)
             redirect.headers.append(("Set-Cookie", guard.set_cookie()))
             return redirect

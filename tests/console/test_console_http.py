@@ -58,6 +58,12 @@ def test_the_token_becomes_a_cookie_and_leaves_the_address(console):
 def test_the_redirect_that_drops_the_token_stays_on_the_console(console):
     first = Client(console).get(f"//evil.example/x?token={console.token}", follow=False)
     assert first.status == 303 and first.headers["Location"] == "/evil.example/x"
+    split = Client(console).get(f"/jobs%0d%0aSet-Cookie:%20x=1?token={console.token}",
+                                follow=False)
+    assert split.headers["Location"] == "/jobs%0D%0ASet-Cookie%3A%20x%3D1"
+    assert split.headers.get_all("Set-Cookie") == [
+        f"pgdrain_console_{console.url.rsplit(':', 1)[1]}={console.token}; HttpOnly; "
+        "SameSite=Strict; Path=/"]
 
 
 def test_a_request_naming_another_host_is_refused(client):
