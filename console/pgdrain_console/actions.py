@@ -84,7 +84,6 @@ def on_job(console: Console, request: Request, ident: int) -> Response:
 def on_queue(console: Console, request: Request) -> Response:
     form = request.form
     queue, what = form.get("queue", ""), form.get("action", "")
-    back = "/"
     try:
         with console.connections.connection() as conn:
             if what == "pause":
@@ -105,7 +104,7 @@ def on_queue(console: Console, request: Request) -> Response:
         message = f"queue {queue!r} not changed: {exc}"
     except Exception as exc:
         message = f"queue {queue!r} not changed: {describe(exc)}"
-    return console.back(back, message)
+    return console.back("/", message)
 
 
 class _Refused(Exception):

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgdrain import browse, scheduler, store
-from pgdrain.errors import InvalidJobId, PgdrainError, QueryFailed, server_text
+from pgdrain.cli import describe_failure
+from pgdrain.errors import InvalidJobId, PgdrainError, QueryFailed
 
 from . import filters, text
 from .chart import chart
@@ -21,16 +22,13 @@ FAILURES_SHOWN = 10
 
 
 def describe(exc: BaseException) -> str:
-    """A failure in one line: the server's message and SQLSTATE, or the error's own words;
-    never a connection string or password."""
+    """A failure in one line, as the CLI says it: the server's message and SQLSTATE, or the
+    error's own words; never a connection string or password."""
     if isinstance(exc, QueryFailed):
         return f"the database refused it: {exc}"
     if isinstance(exc, PgdrainError):
         return str(exc)
-    fields = exc.args[0] if exc.args else None
-    if isinstance(fields, dict) and fields.get("M"):
-        return f"the database refused it: {server_text(exc)}"
-    return f"{type(exc).__name__}: {exc}"
+    return describe_failure(exc)
 
 
 def unavailable(console: Console, exc: Exception) -> Response:

@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pgdrain {args.command}: {cell(exc)}", file=sys.stderr)
         return 2 if _is_usage(exc) else 1
     except Exception as exc:  # a driver error: say which, without the connection string
-        print(f"pgdrain {args.command}: {cell(_describe(exc))}{_unmigrated_hint(exc)}",
+        print(f"pgdrain {args.command}: {cell(describe_failure(exc))}{_unmigrated_hint(exc)}",
               file=sys.stderr)
         return 1
 
@@ -236,7 +236,7 @@ def _is_usage(exc: PgdrainError) -> bool:
     return isinstance(exc, ConfigError | InvalidJobError | UnknownQueue)
 
 
-def _describe(exc: Exception) -> str:
+def describe_failure(exc: BaseException) -> str:
     """A driver error in one line: the server's message and SQLSTATE, not its whole record
     (source file, line, routine)."""
     fields = exc.args[0] if exc.args else None
