@@ -35,6 +35,7 @@ from .errors import (
     WaitFor,
 )
 from .janitor import run_janitor
+from .middleware import middleware, on_finish, on_start
 from .models import (
     Backlog,
     EnqueueResult,
@@ -137,7 +138,10 @@ __all__ = [
     "get_job",
     "job",
     "load_job_modules",
+    "middleware",
     "new_job",
+    "on_finish",
+    "on_start",
     "pause",
     "paused_queues",
     "record_failure",

@@ -21,6 +21,7 @@ from .policy import DEFAULT_POLICY, Backoff, BackoffFunction, TypePolicy
 if TYPE_CHECKING:
     from .cron import Cron
     from .flow import Rate
+    from .middleware import Layer
 
 DEFAULT_JOB_MODULES = "jobs"
 """Every module of ``layers/pgdrain/jobs/``, where a stack's own handlers go."""
@@ -79,6 +80,9 @@ class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
         self._schedules: dict[str, Schedule] = {}
+        self._layers: tuple[Layer, ...] = ()
+        self.wrapped_cache: dict[str, tuple[Handler, tuple[Layer, ...], Handler]] = {}
+        """Each handler with the middleware around it (pgdrain.middleware.applied)."""
 
     def register(self, handler: Handler) -> None:
         existing = self._handlers.get(handler.job_type)
@@ -93,6 +97,14 @@ class Registry:
             raise ConfigError(f"schedule {entry.name!r} is declared twice (give each entry "
                               "its own name=)")
         self._schedules[entry.name] = entry
+
+    def add_layer(self, layer: Layer) -> None:
+        """Register a middleware or hook (pgdrain.middleware); once, in order."""
+        if layer not in self._layers:
+            self._layers = (*self._layers, layer)
+
+    def layers(self) -> tuple[Layer, ...]:
+        return self._layers
 
     def type_rates(self) -> dict[str, Rate]:
         """The job types with a rate limit, and their rates."""

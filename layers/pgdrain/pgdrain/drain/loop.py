@@ -15,6 +15,7 @@ from contextlib import suppress
 
 from ..db import Session
 from ..errors import Discard
+from ..middleware import applied
 from ..models import Job
 from ..registry import Handler
 from ..runner import Runner
@@ -223,7 +224,7 @@ class Loop:
             s.pace.finish()
             return
         transaction = None if session is None else Transaction(session, job, s.done)
-        attempt = Attempt(job, handler, timeout, started, transaction)
+        attempt = Attempt(job, applied(s.registry, handler), timeout, started, transaction)
         inline = runs_inline(handler, slots=self.slots, limits=s.limits)
         s.checkpoints.begin(job, handler, inline=inline)
         if inline:
