@@ -558,3 +558,25 @@ def test_a_signal_name_round_trips_through_the_path(app, sql):
     status, body, _ = call(app, {**load_event("signal_send.json"),
                                  "path": "/signals/" + quote(name, safe="")})
     assert (status, body["name"], body["woken"]) == (200, name, [waiting])
+
+
+def test_the_callers_trace_context_is_kept_with_each_job(app, sql, monkeypatch):
+    # The function's own X-Ray trace (Lambda's _X_AMZN_TRACE_ID, a child of the request's)
+    # and the request's W3C traceparent; the drain runs the jobs in that trace.
+    xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", xray)
+    status, body, _ = post_jobs(app, {"jobs": [{"job_type": "echo"}, {"job_type": "echo"}]},
+                                headers={"traceparent": parent, "tracestate": "vendor=1"})
+    assert status == 201
+    contexts = [r["trace_context"] for r in sql("SELECT trace_context FROM jobs ORDER BY id")]
+    assert contexts == [{"xray": xray, "traceparent": parent, "tracestate": "vendor=1"}] * 2
+    monkeypatch.delenv("_X_AMZN_TRACE_ID")
+    status, body, _ = post_jobs(app, {"job_type": "echo"},
+                                headers={"traceparent": parent[:-2] + "00"})  # not sampled
+    assert status == 201
+    assert sql("SELECT trace_context FROM jobs WHERE id = :id", id=body["ids"][0]) == [
+        {"trace_context": None}]
+    status, shown, _ = call(app, {**load_event("job_get.json"),
+                                  "pathParameters": {"id": str(body["ids"][0] - 1)}})
+    assert status == 200 and shown["trace_context"]["traceparent"] == parent

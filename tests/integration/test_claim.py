@@ -90,8 +90,8 @@ def test_every_claim_returns_the_jobs_fields_in_their_order(conn):
 
     from pgdrain.models import Job
 
-    expected = [f.name for f in fields(Job)][:17]
-    assert expected[-1] == "wait_result" and "payload_error" not in expected
+    expected = [f.name for f in fields(Job)][:18]
+    assert expected[-1] == "trace_context" and "payload_error" not in expected
     pgdrain.enqueue_many(conn, [{"job_type": "a", "payload": {"n": 1}, "queue": "q"},
                                 {"job_type": "b", "dedupe_key": "k"}, {"job_type": "c"}])
     session = Session(conn)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from . import store
+from . import store, trace_context
 from .db import DEADLOCK_DETECTED, Session, as_session, sqlstate
 from .errors import DedupeContention, InvalidJobError
 from .graph import FINISHED, Graph, dependent_start, resolve
@@ -444,13 +445,25 @@ def _insertion_order(batch: list[NewJob]) -> list[int]:
     return sorted(range(len(batch)), key=key)
 
 
+def traced(rows: list[NewJob], headers: Mapping[str, str] | None = None) -> list[NewJob]:
+    """``rows`` with the caller's trace context where they carry none (``headers``: an API
+    request's, by lower-case name); as they are when the caller is not traced, which is the
+    usual case."""
+    context = trace_context.capture(headers)
+    if context is None:
+        return rows
+    text = json.dumps(context, separators=(",", ":"))
+    return [row if row.trace_context is not None else replace(row, trace_context=text)
+            for row in rows]
+
+
 def _insert(session: Session, batch: list[NewJob]) -> list[EnqueueResult | None]:
     """Insert ``batch`` in one statement: a result per item, None where a live job held its
     dedupe key (or an earlier item of the batch took it)."""
     if not batch:
         return []
     order = _insertion_order(batch)
-    inserted = store.insert_jobs(session, [batch[i] for i in order])
+    inserted = store.insert_jobs(session, traced([batch[i] for i in order]))
     # Identity values are drawn in insertion order (ORDER BY ord), so the inserted rows sorted
     # by id line up with the rows, in insertion order, that were not duplicates.
     fresh = iter(sorted(inserted, key=lambda r: r["id"]))

@@ -180,6 +180,9 @@ class NewJob:
     """Its parents: job ids, names of batch items, or batch positions."""
     after: str = "done"
     """What it waits for of its parents (AFTER_CHOICES)."""
+    trace_context: str | None = None
+    """The enqueuer's sampled trace context as JSON text (pgdrain.trace_context); None: the
+    enqueue captures it."""
 
 
 def signal_name_problem(name: Any) -> str | None:
@@ -310,6 +313,9 @@ class Job:
     its parents are then in ``parents`` and ``parent_results``."""
     wait_result: str | None = None
     """What its last wait for a signal got, as the claim read it (JSON text): ``signal``."""
+    trace_context: str | None = None
+    """The enqueuer's trace context as the claim read it (JSON text; pgdrain.trace_context):
+    the drain runs the job in a span under it."""
     payload_error: str | None = None
     """Why the stored payload could not be decoded (``payload`` is then None): the drain
     fails the job with this reason instead of running it."""

@@ -66,6 +66,8 @@ def insert_jobs(conn: Any, rows: Sequence[NewJob]) -> list[dict[str, Any]]:
         "ordering_keys": [j.ordering_key for j in rows] if any(j.ordering_key for j in rows)
         else None,
         "tenants": [j.tenant for j in rows] if any(j.tenant for j in rows) else None,
+        "trace_contexts": [j.trace_context for j in rows]
+        if any(j.trace_context for j in rows) else None,
     }
     session = as_session(conn)
     if any(j.dedupe_key is not None for j in rows):
@@ -432,7 +434,8 @@ def get_job(conn: Any, ident: int) -> dict[str, Any] | None:
     row = as_session(conn).one("job_get", id=job_id(ident))
     if row is None:
         return None
-    for column in ("payload", "errors", "result", "progress", "state", "wait_result"):
+    for column in ("payload", "errors", "result", "progress", "state", "wait_result",
+                   "trace_context"):
         row[column], problem = decode_json(row[column])
         if problem:
             row[f"{column}_error"] = problem

@@ -224,7 +224,12 @@ class Loop:
             s.pace.finish()
             return
         transaction = None if session is None else Transaction(session, job, s.done)
-        attempt = Attempt(job, applied(s.registry, handler), timeout, started, transaction)
+        handler = applied(s.registry, handler)
+        if job.trace_context is not None:  # its enqueuer was traced: run it in that trace
+            from ..job_spans import around
+
+            handler = around(handler, job)
+        attempt = Attempt(job, handler, timeout, started, transaction)
         inline = runs_inline(handler, slots=self.slots, limits=s.limits)
         s.checkpoints.begin(job, handler, inline=inline)
         if inline:

@@ -400,6 +400,11 @@ def _job_view_schema() -> dict[str, Any]:
                 "payload": {}, "at": _DATE_TIME}}, "What its last wait for a signal got "
                                                   "(job.signal): the payload, or a timeout "
                                                   "(received false)."),
+            "trace_context": nullable({"type": "object", "properties": {
+                "xray": {"type": "string"}, "traceparent": {"type": "string"},
+                "tracestate": {"type": "string"}}}, "The enqueuer's sampled trace context "
+                                                    "(X-Ray header, W3C traceparent), which "
+                                                    "the drain ran the job under."),
         },
         "required": ["id", "job_type", "payload", "status", "attempts", "max_attempts",
                      "run_at", "created_at", "queue", "priority", "claimed_at",
@@ -407,7 +412,7 @@ def _job_view_schema() -> dict[str, Any]:
                      "updated_at", "lost_claims", "started_at", "cancel_requested_at",
                      "expires_at", "result", "progress", "ordering_key", "tenant", "state",
                      "parents", "children", "parents_left", "after_parents", "cancelled_by",
-                     "wait_signal", "wait_result"],
+                     "wait_signal", "wait_result", "trace_context"],
     }
 
 

@@ -8,14 +8,14 @@ drain after a commit that created a due job.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from .. import operator_store, store
 from ..db import Session
-from ..enqueue import enqueue_atomically
+from ..enqueue import enqueue_atomically, traced
 from ..errors import (
     DatabaseTimeout,
     DatabaseUnavailable,
@@ -84,7 +84,8 @@ class EnqueueApi:
         if operation_id == "enqueueJobs":
             return self.enqueue_jobs(request.body, base64_encoded=request.base64_encoded,
                                      content_type=request.headers.get("content-type"),
-                                     idempotency_key=request.headers.get("idempotency-key"))
+                                     idempotency_key=request.headers.get("idempotency-key"),
+                                     headers=request.headers)
         if operation_id == "getJob":
             return self.get_job(request.path_params["id"])
         if operation_id == "retryJob":
@@ -105,13 +106,16 @@ class EnqueueApi:
         raise LookupError(f"no operation {operation_id!r} in the enqueue API")
 
     def enqueue_jobs(self, body: str | None, *, base64_encoded: bool,
-                     content_type: str | None, idempotency_key: str | None) -> Response:
-        """``POST /jobs``: 201 with the new ids, 200 when every job was a live duplicate."""
+                     content_type: str | None, idempotency_key: str | None,
+                     headers: Mapping[str, str] | None = None) -> Response:
+        """``POST /jobs``: 201 with the new ids, 200 when every job was a live duplicate.
+        Each job keeps the caller's sampled trace context (the function's X-Ray trace, else
+        the request's ``X-Amzn-Trace-Id``; its ``traceparent``)."""
         request = parse_enqueue(body, base64_encoded=base64_encoded, content_type=content_type,
                                 idempotency_key=idempotency_key, registry=self.registry,
                                 limits=self.limits)
         try:
-            results = enqueue_atomically(self.session(), request.jobs)
+            results = enqueue_atomically(self.session(), traced(request.jobs, headers))
         except InvalidJobError as exc:  # a graph's (a cycle, an unknown parent): none inserted
             index = exc.index if request.batch else None
             where = ".".join(p for p in (f"jobs[{index}]" if index is not None else "",

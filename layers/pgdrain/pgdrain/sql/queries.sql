@@ -52,7 +52,7 @@ LIMIT 1000
 SELECT json_agg(json_build_array(
            id, job_type, payload, attempts, max_attempts, queue, priority, run_at::text,
            created_at::text, claimed_at::text, lease_expires_at::text, lease_token,
-           dedupe_key, lost_claims, tenant, after_parents, wait_result)
+           dedupe_key, lost_claims, tenant, after_parents, wait_result, trace_context)
        ORDER BY priority, run_at, id)::text AS jobs
 FROM claimed
 
@@ -71,11 +71,12 @@ claimed AS (
 -- What every claim returns of each job it claimed (models.Job). The payload comes back as
 -- text, decoded job by job: a row inserted by plain SQL that the driver cannot decode (a
 -- 5,000-digit number, an array nested 3,000 deep) fails alone instead of the whole batch;
--- wait_result too (what its last wait for a signal got: job.signal), NULL for most jobs.
+-- wait_result too (what its last wait for a signal got: job.signal), NULL for most jobs, and
+-- trace_context (the enqueuer's trace: pgdrain.job_spans), NULL for most jobs.
 j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts, j.queue,
 j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
 j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims, j.tenant, j.after_parents,
-j.wait_result::text AS wait_result
+j.wait_result::text AS wait_result, j.trace_context::text AS trace_context
 
 -- fragment: job_claim_set(j)
 -- What every claim writes: running, an attempt spent, the lease stamped with a fresh token;
@@ -126,18 +127,18 @@ AND (:queues::text[] IS NULL OR j.queue = ANY (:queues::text[]))
 -- job_enqueue_batch_unkeyed). An array passed as NULL (unused: no job of the batch sets it)
 -- is padded by unnest with NULLs.
 INSERT INTO jobs (job_type, payload, queue, priority, max_attempts, run_at, dedupe_key,
-                  expires_at, ordering_key, tenant)
+                  expires_at, ordering_key, tenant, trace_context)
 SELECT i.job_type, i.payload, i.queue, i.priority, i.max_attempts,
        COALESCE(i.run_at, now() + make_interval(secs => i.delay_seconds)), i.dedupe_key,
        COALESCE(i.expires_at, now() + make_interval(secs => i.ttl_seconds)),
-       i.ordering_key, i.tenant
+       i.ordering_key, i.tenant, i.trace_context
 FROM unnest(:job_types::text[], :payloads::jsonb[], :queues::text[], :priorities::smallint[],
             :max_attempts::int[], :run_ats::timestamptz[], :delays::float8[],
             :dedupe_keys::text[], :expires_ats::timestamptz[], :ttls::float8[],
-            :ordering_keys::text[], :tenants::text[])
+            :ordering_keys::text[], :tenants::text[], :trace_contexts::jsonb[])
      WITH ORDINALITY AS i(job_type, payload, queue, priority, max_attempts, run_at,
                           delay_seconds, dedupe_key, expires_at, ttl_seconds, ordering_key,
-                          tenant, ord)
+                          tenant, trace_context, ord)
 ORDER BY i.ord
 
 -- fragment: job_ordering_head(j)
@@ -1400,7 +1401,7 @@ SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, r
        finished_at, updated_at, lost_claims, started_at, cancel_requested_at, expires_at,
        result::text AS result, progress::text AS progress, ordering_key, tenant,
        state::text AS state, parents_left, after_parents, cancelled_by, wait_signal,
-       wait_result::text AS wait_result,
+       wait_result::text AS wait_result, trace_context::text AS trace_context,
        (SELECT json_agg(json_build_object('id', e.parent_id,
                                           'status', coalesce(e.parent_status, p.status))
                         ORDER BY e.parent_id)::text
