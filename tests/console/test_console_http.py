@@ -219,6 +219,19 @@ def test_a_job_page_shows_every_field_its_payload_and_each_attempts_error(client
     assert client.get("/jobs/999999").status == 404
 
 
+def test_a_traced_jobs_page_shows_its_trace_and_a_hostile_one_is_text(client, sql):
+    xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+    ident = _job(sql, job_type="t", trace_context=json.dumps({"xray": xray}))
+    body = client.get(f"/jobs/{ident}").body
+    assert "<dt>Trace</dt>" in body and xray in body
+    odd = _job(sql, job_type="t", trace_context=json.dumps(
+        {"traceparent": "<script>alert(1)</script>"}))
+    body = client.get(f"/jobs/{odd}").body
+    assert "&lt;script&gt;" in body and "<script>" not in body
+    listed = _job(sql, job_type="t", trace_context=json.dumps(["not", "a", "mapping"]))
+    assert client.get(f"/jobs/{listed}").status == 200
+
+
 def test_hostile_values_are_shown_as_text_on_every_page(client, sql):
     ids = []
     for text in HOSTILE:
