@@ -25,6 +25,15 @@ PASS_SECONDS = 900.0
 it is the time budget handlers are measured against)."""
 
 
+KEEP_DONE_SECONDS = 86400
+"""The default settings keep done jobs a day (the shipped default keeps none): a test reads
+a job's row, result included, after drain_all as much as in it."""
+
+
+def default_settings() -> Settings:
+    return Settings(retention_seconds=KEEP_DONE_SECONDS)
+
+
 class NotSettled(PgdrainError):
     """drain_all ran ``limit`` jobs or ``max_passes`` passes and jobs kept coming."""
 
@@ -210,15 +219,16 @@ def drain_all(target: Any, *, registry: Registry | None = None,
     ``pgdrain_conn`` fixture / ``pgdrain.testing.connect(url)`` (the drain opens a
     connection of its own with its URL). A connection with a transaction open is refused:
     jobs enqueued in it are invisible to the drain until it commits. ``registry``: the
-    handlers (default: pgdrain's, ``@pgdrain.job``); ``settings``: the drain's
-    (default: ``Settings()``). Jobs not due yet (a backoff, a delay) stay: ``advance`` first.
+    handlers (default: pgdrain's, ``@pgdrain.job``); ``settings``: the drain's (default:
+    ``Settings()`` keeping done jobs a day, so that their rows stay to be read). Jobs not due
+    yet (a backoff, a delay) stay: ``advance`` first.
 
     Raises NotSettled when more than ``limit`` attempts or ``max_passes`` passes were not
     enough (a job that enqueues another every run, a Continue that never ends), and
     DrainFailed when a pass could not run.
     """
     registry = REGISTRY if registry is None else registry
-    settings = Settings() if settings is None else settings
+    settings = default_settings() if settings is None else settings
     where = url_of(target)
     connector = connector_for(where)
     drained = Drained()
@@ -264,7 +274,7 @@ def run_job(target: Any, job: int | str, payload: Any = None, *,
     expired): the message says which it is.
     """
     registry = REGISTRY if registry is None else registry
-    settings = Settings() if settings is None else settings
+    settings = default_settings() if settings is None else settings
     where = url_of(target)
     connector = connector_for(where)
     own = connector.sibling() if isinstance(where, Connector) else connector_for(where)
