@@ -283,3 +283,29 @@ def test_a_schedule_fires_when_the_clock_reaches_its_next_tick(conn, database_ur
     assert fired.scheduled == 1
     assert [(r.job_type, r.result) for r in fired] == [("hourly", "ticked")]
     assert pgt.drain_all(database_url, registry=registry).jobs == []  # once, not again
+
+
+def test_advance_past_a_lease_lets_the_janitor_take_back_a_dead_drains_job(conn, database_url):
+    registry = Registry()
+    pgdrain.job("export", registry=registry)(lambda job: "exported")
+    job_id = pgdrain.enqueue(conn, "export", {}).id
+    [claimed] = pgdrain.claim(conn, batch_size=1, lease_seconds=600)  # a drain that died
+    assert claimed.id == job_id
+    assert pgt.drain_all(database_url, registry=registry).jobs == []  # its lease holds it
+    pgt.advance(conn, 601)
+    drained = pgt.drain_all(database_url, registry=registry)
+    assert drained.summaries[0].reclaimed == 1
+    assert [(r.id, r.outcome, r.result) for r in drained] == [(job_id, "done", "exported")]
+
+
+def test_advance_moves_a_rate_window(conn, database_url):
+    registry = Registry()
+    pgdrain.job("sync", registry=registry, rate="1/h")(lambda job: job.payload["n"])
+    for n in (1, 2):
+        pgdrain.enqueue(conn, "sync", {"n": n})
+    first = pgt.drain_all(database_url, registry=registry)  # the second frees in an hour
+    assert [r.result for r in first] == [1]
+    pgt.advance(conn, 1800)
+    assert pgt.drain_all(database_url, registry=registry).jobs == []
+    pgt.advance(conn, 1801)
+    assert [r.result for r in pgt.drain_all(database_url, registry=registry)] == [2]

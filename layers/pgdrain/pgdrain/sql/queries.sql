@@ -224,7 +224,7 @@ queues AS (
 -- pgdrain.testing.advance: the queue as it would be :seconds from now, without waiting. Every
 -- time the drain compares with now() moves back by :seconds, together (so what is relative
 -- stays so): jobs' run_at (delays, backoffs, snoozes, waits), leases, expiry, creation and
--- finish (unique windows, retention, age), rate windows ([epoch, jobs] pairs), signals'
+-- finish (unique windows, retention, age), rate windows (epoch, jobs, epoch, jobs...), signals'
 -- keeping, launches on their way. A schedule's last tick moves to :ticks for the entries in
 -- :names (pgdrain.testing decides which: cron ticks sit on the wall clock). For test
 -- databases: it writes every row.
@@ -242,15 +242,17 @@ WITH moved_jobs AS (
     RETURNING 1
 ), moved_queues AS (
     UPDATE pgdrain_queues AS q
-    SET rate_starts = ARRAY(SELECT ARRAY[q.rate_starts[i][1] - :seconds::float8,
-                                         q.rate_starts[i][2]]
+    SET rate_starts = ARRAY(SELECT CASE WHEN (i - array_lower(q.rate_starts, 1)) % 2 = 0
+                                        THEN q.rate_starts[i] - :seconds::float8
+                                        ELSE q.rate_starts[i] END
                             FROM generate_subscripts(q.rate_starts, 1) AS i ORDER BY i)
     WHERE cardinality(q.rate_starts) > 0
     RETURNING 1
 ), moved_types AS (
     UPDATE pgdrain_type_rates AS t
-    SET rate_starts = ARRAY(SELECT ARRAY[t.rate_starts[i][1] - :seconds::float8,
-                                         t.rate_starts[i][2]]
+    SET rate_starts = ARRAY(SELECT CASE WHEN (i - array_lower(t.rate_starts, 1)) % 2 = 0
+                                        THEN t.rate_starts[i] - :seconds::float8
+                                        ELSE t.rate_starts[i] END
                             FROM generate_subscripts(t.rate_starts, 1) AS i ORDER BY i)
     WHERE cardinality(t.rate_starts) > 0
     RETURNING 1
