@@ -8,6 +8,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -163,7 +164,8 @@ def _runs(where: str | Connector, seen: list[_Seen]) -> list[JobRun]:
     purge it)."""
     if not seen:
         return []
-    rows = _read(where, "job_outcomes", ids=sorted({s.job.id for s in seen}))
+    with _session(where) as session:
+        rows = session.rows("job_outcomes", ids=sorted({s.job.id for s in seen}))
     by_id = {r["id"]: r for r in rows}
     runs = []
     for s in seen:
@@ -180,13 +182,15 @@ def _runs(where: str | Connector, seen: list[_Seen]) -> list[JobRun]:
     return runs
 
 
-def _read(where: str | Connector, query: str, **params: Any) -> list[dict[str, Any]]:
+@contextmanager
+def _session(where: str | Connector) -> Iterator[Session]:
     if isinstance(where, Connector):
         where.open(None)  # the pass's deadline is over: a statement of the test's own
-        return where.session().rows(query, **params)
+        yield where.session()
+        return
     conn = connect(where)
     try:
-        return Session(conn).rows(query, **params)
+        yield Session(conn)
     finally:
         conn.close()
 
