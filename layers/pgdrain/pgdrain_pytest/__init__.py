@@ -27,8 +27,11 @@ import pytest
 @pytest.fixture(scope="session")
 def pgdrain_server() -> Iterator[str]:
     """An admin URL on the PostgreSQL server pgdrain's fixtures create databases on."""
-    if os.environ.get("DATABASE_URL"):
-        yield os.environ["DATABASE_URL"]
+    from pgdrain.settings import read
+
+    url = read("DATABASE_URL")  # pgdrain's reading of it, as every command's
+    if url:
+        yield url
         return
     try:
         from pgdrain_dev import embedded
