@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pg8000.dbapi
+import psycopg
 import pytest
 
 import pgdrain
@@ -126,25 +127,41 @@ def test_jobs_that_keep_coming_end_in_a_clear_error(conn, database_url):
         pgt.drain_all(database_url, registry=registry, limit=20)
 
 
-def test_a_connection_needs_its_url_and_no_open_transaction(conn, database_url):
-    with pytest.raises(pgt.NoDatabaseUrl, match="pass the URL"):
-        pgt.drain_all(conn, registry=Registry())
-    pgt.remember(conn, database_url)
-    assert pgt.drain_all(conn, registry=Registry()).jobs == []
-
+def test_a_connection_is_followed_to_its_database_unless_a_transaction_is_open(
+        conn, database_url, sql):
+    registry = Registry()
+    pgdrain.job("count", registry=registry)(lambda job: job.payload["n"])
     params = parse_database_url(database_url)
-    app = pg8000.dbapi.connect(user=params.user, password=params.password,
-                               host=params.host or "localhost", port=params.port,
-                               database=params.database, unix_sock=params.unix_sock)
+    dbapi = pg8000.dbapi.connect(user=params.user, password=params.password,
+                                 host=params.host or "localhost", port=params.port,
+                                 database=params.database, unix_sock=params.unix_sock)
+    libpq = psycopg.connect(user=params.user, password=params.password, port=params.port,
+                            host=params.host or params.unix_sock.rsplit("/", 1)[0],
+                            dbname=params.database)
     try:
-        pgt.remember(app, database_url)
-        pgdrain.enqueue(app, "invisible", {})  # in app's transaction, not committed
-        pgt.assert_enqueued(app, "invisible")  # the test's connection sees it
-        with pytest.raises(pgt.OpenTransaction, match="commit"):
-            pgt.drain_all(app, registry=Registry())
-        app.rollback()
+        # Each driver's connection, as the application has it: no URL given, none remembered.
+        for n, app in enumerate((conn, dbapi, libpq)):
+            pgdrain.enqueue(app, "count", {"n": n})
+            if app is not conn:
+                pgdrain.enqueue(app, "invisible", {})  # in app's transaction, uncommitted
+                pgt.assert_enqueued(app, "invisible")  # the assertions see it on app
+                with pytest.raises(pgt.OpenTransaction, match="commit"):
+                    pgt.drain_all(app, registry=registry)
+                app.rollback()
+                pgdrain.enqueue(app, "count", {"n": n})
+                app.commit()
+            [run] = pgt.drain_all(app, registry=registry)
+            assert (run.outcome, run.result) == ("done", n)
+        assert sql("SELECT count(*) AS n FROM jobs WHERE job_type = 'invisible'") == [{"n": 0}]
     finally:
-        app.close()
+        dbapi.close()
+        libpq.close()
+
+    with pytest.raises(pgt.NoDatabaseUrl, match="pass the URL"):
+        pgt.drain_all(object(), registry=registry)
+    pgt.remember(conn, "postgresql://nobody@127.0.0.1:9/nowhere?connect_timeout=1")
+    with pytest.raises(pgt.DrainFailed, match="database error"):  # the URL remembered wins
+        pgt.drain_all(conn, registry=registry)
 
 
 def test_pgdrain_testing_connect_is_accepted_in_place_of_the_url(database_url):

@@ -302,6 +302,11 @@ SELECT set_config('statement_timeout', :statement_ms::int::text, false) AS state
             THEN set_config('client_connection_check_interval', '1000', false)
        END AS client_connection_check_interval
 
+-- name: connection_database
+-- The database a connection is on (pgdrain.testing finds where a test's pg8000 connection
+-- goes, to open the drain's own there).
+SELECT current_database() AS database
+
 -- name: connection_ping
 -- A cheap round trip that tells whether a reused connection is still alive.
 SELECT 1 AS alive

@@ -19,7 +19,7 @@ from ..errors import Continue, PgdrainError, WaitFor
 from ..models import Job
 from ..registry import REGISTRY, Registry
 from ..settings import Settings
-from .target import connector_for, url_of
+from .target import Where, connector_for, where_of
 
 PASS_SECONDS = 900.0
 """Each pass runs as an invocation of Lambda's longest timeout would (no wall-clock wait:
@@ -159,7 +159,7 @@ def _decoded(text: Any) -> Any:
     return json.loads(text) if isinstance(text, str) else text
 
 
-def _runs(where: str | Connector, seen: list[_Seen]) -> list[JobRun]:
+def _runs(where: Where, seen: list[_Seen]) -> list[JobRun]:
     """Each attempt with its row as it stands now (read before the next pass's janitor can
     purge it)."""
     if not seen:
@@ -183,7 +183,7 @@ def _runs(where: str | Connector, seen: list[_Seen]) -> list[JobRun]:
 
 
 @contextmanager
-def _session(where: str | Connector) -> Iterator[Session]:
+def _session(where: Where) -> Iterator[Session]:
     if isinstance(where, Connector):
         where.open(None)  # the pass's deadline is over: a statement of the test's own
         yield where.session()
@@ -220,10 +220,10 @@ def drain_all(target: Any, *, registry: Registry | None = None,
     until nothing due is left (jobs the runs enqueue, retries due at once, continuations and
     released children included); return what happened.
 
-    ``target``: the database URL, a ``pgdrain.db.Connector``, or a connection from the
-    ``pgdrain_conn`` fixture / ``pgdrain.testing.connect(url)`` (the drain opens a
-    connection of its own with its URL). A connection with a transaction open is refused:
-    jobs enqueued in it are invisible to the drain until it commits. ``registry``: the
+    ``target``: the database URL, a ``pgdrain.db.Connector``, or the test's connection: the
+    drain opens a connection of its own where that one goes (``target.where_of``). A
+    connection with a transaction open is refused: jobs enqueued in it are invisible to the
+    drain until it commits. ``registry``: the
     handlers (default: pgdrain's, ``@pgdrain.job``); ``settings``: the drain's (default:
     ``Settings()`` keeping done jobs a day, so that their rows stay to be read). Jobs not due
     yet (a backoff, a delay) stay: ``advance`` first.
@@ -234,7 +234,7 @@ def drain_all(target: Any, *, registry: Registry | None = None,
     """
     registry = REGISTRY if registry is None else registry
     settings = default_settings() if settings is None else settings
-    where = url_of(target)
+    where = where_of(target)
     connector = connector_for(where)
     drained = Drained()
     try:
@@ -280,7 +280,7 @@ def run_job(target: Any, job: int | str, payload: Any = None, *,
     """
     registry = REGISTRY if registry is None else registry
     settings = default_settings() if settings is None else settings
-    where = url_of(target)
+    where = where_of(target)
     connector = connector_for(where)
     own = connector.sibling() if isinstance(where, Connector) else connector_for(where)
     locks = own.session()
