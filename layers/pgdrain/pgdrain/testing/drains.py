@@ -206,7 +206,8 @@ def _one_pass(connector: Connector, registry: Registry, settings: Settings,
     summary = drain(connector, registry, settings, time_left=_clock(seconds),
                     observer=collector)
     if summary.stopped == Stop.DATABASE_ERROR:
-        raise DrainFailed(f"the drain stopped on a database error: {summary.error}")
+        raise DrainFailed(f"the drain stopped on a database error: {summary.error} (the "
+                          "pgdrain.drain log says more)")
     if summary.stopped == Stop.BUSY:
         raise DrainFailed(f"the drain did not run: {settings.max_drains} drains (PGDRAIN_MAX_"
                           "DRAINS) hold this database's slots already")
@@ -223,15 +224,17 @@ def drain_all(target: Any, *, registry: Registry | None = None,
     ``target``: the database URL, a ``pgdrain.db.Connector``, or the test's connection: the
     drain opens a connection of its own where that one goes (``target.where_of``). A
     connection with a transaction open is refused: jobs enqueued in it are invisible to the
-    drain until it commits. ``registry``: the
-    handlers (default: pgdrain's, ``@pgdrain.job``); ``settings``: the drain's (default:
-    ``Settings()`` keeping done jobs a day, so that their rows stay to be read). Jobs not due
-    yet (a backoff, a delay) stay: ``advance`` first.
+    drain until it commits. ``registry``: the handlers (default: pgdrain's, ``@pgdrain.job``);
+    ``settings``: the drain's (default: ``Settings()`` keeping done jobs a day, so that their
+    rows stay to be read). Jobs not due yet (a backoff, a delay) stay: ``advance`` first.
 
     Raises NotSettled when more than ``limit`` attempts or ``max_passes`` passes were not
     enough (a job that enqueues another every run, a Continue that never ends), and
     DrainFailed when a pass could not run.
     """
+    if not (isinstance(limit, int) and limit >= 1 and isinstance(max_passes, int)
+            and max_passes >= 1):
+        raise ValueError("drain_all: limit and max_passes must be whole numbers >= 1")
     registry = REGISTRY if registry is None else registry
     settings = default_settings() if settings is None else settings
     where = where_of(target)
