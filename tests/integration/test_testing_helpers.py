@@ -326,3 +326,20 @@ def test_advance_moves_a_rate_window(conn, database_url):
     assert pgt.drain_all(database_url, registry=registry).jobs == []
     pgt.advance(conn, 1801)
     assert [r.result for r in pgt.drain_all(database_url, registry=registry)] == [2]
+
+
+def test_run_job_holds_the_others_without_stalling_the_runs_own_writes(conn, database_url):
+    registry = Registry()
+
+    @pgdrain.job("edit", registry=registry, transactional=True, timeout=5)
+    def edit(job, tx):
+        # Debounces into the pending "save" job that run_job holds back: an update of it.
+        pgdrain.enqueue(tx, "save", {"v": 2}, dedupe_key="doc-1", debounce=60)
+        return "edited"
+
+    save = pgdrain.enqueue(conn, "save", {"v": 1}, dedupe_key="doc-1", debounce=60).id
+    edit_id = pgdrain.enqueue(conn, "edit", {}).id
+    run = pgt.run_job(database_url, edit_id, registry=registry)
+    assert (run.outcome, run.result) == ("done", "edited")
+    [pending] = pgt.enqueued(conn, "save")
+    assert (pending["id"], pending["payload"]) == (save, {"v": 2})

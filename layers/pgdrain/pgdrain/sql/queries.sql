@@ -1560,10 +1560,12 @@ ORDER BY id DESC
 LIMIT :limit::int
 
 -- name: job_lock_others
--- pgdrain.testing.run_job: lock every pending job but :id (FOR UPDATE, in the caller's
--- transaction) so that the drain's claims, which skip locked rows, can take only that one.
+-- pgdrain.testing.run_job: lock every pending job but :id, in the caller's transaction, so
+-- that the drain's claims (FOR UPDATE SKIP LOCKED) and the janitor skip them and take only
+-- that one. FOR KEY SHARE: an update of those jobs meanwhile (the run's enqueue debouncing
+-- into one of them) does not wait for it; only FOR UPDATE conflicts with it.
 SELECT count(*)::int AS locked
-FROM (SELECT id FROM jobs WHERE status = 'pending' AND id <> :id::bigint FOR UPDATE) AS l
+FROM (SELECT id FROM jobs WHERE status = 'pending' AND id <> :id::bigint FOR KEY SHARE) AS l
 
 -- name: job_minutes
 -- Jobs done and failed per minute over the last hour (the console's chart): the done and the
