@@ -11,8 +11,11 @@ import time
 import pytest
 
 import pgdrain
+import pgdrain.testing as pgt
+from pgdrain import Settings
 from pgdrain.db import connect
 from pgdrain.registry import Registry
+from tests.support.drains import KEEP_HISTORY_SECONDS
 from tests.support.drains import run_drain as run
 
 
@@ -31,11 +34,13 @@ def test_a_handlers_return_value_is_the_jobs_result(database_url, conn, concurre
     pgdrain.job("async", registry=registry)(fetched)
     ids = [pgdrain.enqueue(conn, t, p).id for t, p in (
         ("sum", {"n": [1, 2, 3]}), ("nothing", None), ("text", None), ("async", None))]
-    summary = run(database_url, registry, concurrency=concurrency)
-    assert summary.done == 4
-    results = [pgdrain.get_job(conn, i)["result"] for i in ids]
-    assert results == [{"total": 6, "note": "é\u2028\U0001f600"}, None, "plain",
-                       [1, 2.5, None, True]]
+    drained = pgt.drain_all(database_url, registry=registry,
+                            settings=Settings(concurrency=concurrency,
+                                              retention_seconds=KEEP_HISTORY_SECONDS))
+    assert drained.counts == {"done": 4} and drained.summaries[0].done == 4
+    expected = [{"total": 6, "note": "é\u2028\U0001f600"}, None, "plain", [1, 2.5, None, True]]
+    assert [drained.job(i).result for i in ids] == expected
+    assert [pgdrain.get_job(conn, i)["result"] for i in ids] == expected
 
 
 def test_a_transactional_handlers_result_commits_with_its_writes(database_url, conn, sql):

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 import pgdrain
+import pgdrain.testing as pgt
 from pgdrain import Settings
 from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
@@ -88,13 +89,10 @@ def test_the_drain_enqueues_and_runs_a_due_tick(database_url, sql):
     ran = []
     registry = Registry()
     pgdrain.job("report", registry=registry, cron="* * * * *")(lambda job: ran.append(job.id))
-    connector = Connector(lambda timeout=None: connect(database_url, timeout=timeout))
-    try:
-        summary = drain(connector, registry,
-                        Settings(retention_seconds=KEEP_HISTORY_SECONDS), time_left=clock(30))
-    finally:
-        connector.discard()
+    drained = pgt.drain_all(database_url, registry=registry)
+    [summary, *_] = drained.summaries
     assert (summary.scheduled, summary.done, len(ran)) == (1, 1, 1)
+    assert [(r.id, r.job_type, r.outcome) for r in drained] == [(ran[0], "report", "done")]
     assert sql("SELECT name FROM pgdrain_schedules") == [{"name": "report"}]
     # The drain declared its entry, for `pgdrain schedules` to read without the job modules.
     assert sql("SELECT name, cron, tz, job_type, queue FROM pgdrain_schedule_declarations") == [

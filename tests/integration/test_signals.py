@@ -13,6 +13,7 @@ import time
 import pytest
 
 import pgdrain
+import pgdrain.testing as pgt
 from pgdrain.db import connect
 from pgdrain.registry import Registry
 from tests.support.drains import run_all, run_drain
@@ -135,11 +136,15 @@ def test_every_job_waiting_for_a_name_resumes_and_each_keeps_its_own_payload(
 def test_a_retry_after_the_wait_still_sees_the_signal(database_url, conn, sql):
     orders = Confirmations()
     job = pgdrain.enqueue(conn, "order", {"order": 3, "fail_after_wait": True})
-    run_drain(database_url, orders.registry)
+    waited = pgt.drain_all(database_url, registry=orders.registry)
+    assert [(r.id, r.outcome, r.status) for r in waited] == [(job.id, "waiting", "waiting")]
     pgdrain.signal(conn, "confirm:3", {"go": True})
-    run_drain(database_url, orders.registry)
-    sql("UPDATE jobs SET run_at = now() WHERE id = :id", id=job.id)  # skip the backoff
-    run_drain(database_url, orders.registry)
+    retried = pgt.drain_all(database_url, registry=orders.registry)
+    assert [(r.outcome, r.attempt) for r in retried] == [("retried", 1)]
+    assert pgt.drain_all(database_url, registry=orders.registry).jobs == []  # its backoff
+    pgt.advance(conn, 60)  # past the backoff's longest first delay
+    [done] = pgt.drain_all(database_url, registry=orders.registry)
+    assert (done.outcome, done.attempt) == ("done", 2)
     row = _row(sql, job.id)
     assert row["status"] == "done" and row["attempts"] == 2
     assert row["result"]["payload"] == {"go": True}

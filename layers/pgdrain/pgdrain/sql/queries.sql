@@ -221,6 +221,64 @@ queues AS (
       AND (:queues::text[] IS NULL OR o.queue = ANY (:queues::text[]))
 )
 
+-- name: clock_advance
+-- pgdrain.testing.advance: the queue as it would be :seconds from now, without waiting. Every
+-- time the drain compares with now() moves back by :seconds, together (so what is relative
+-- stays so): jobs' run_at (delays, backoffs, snoozes, waits), leases, expiry, creation and
+-- finish (unique windows, retention, age), rate windows (epoch, jobs, epoch, jobs...), signals'
+-- keeping, launches on their way. A schedule's last tick moves to :ticks for the entries in
+-- :names (pgdrain.testing decides which: cron ticks sit on the wall clock). For test
+-- databases: it writes every row.
+WITH moved_jobs AS (
+    UPDATE jobs
+    SET run_at              = run_at - make_interval(secs => :seconds::float8),
+        created_at          = created_at - make_interval(secs => :seconds::float8),
+        claimed_at          = claimed_at - make_interval(secs => :seconds::float8),
+        lease_expires_at    = lease_expires_at - make_interval(secs => :seconds::float8),
+        started_at          = started_at - make_interval(secs => :seconds::float8),
+        finished_at         = finished_at - make_interval(secs => :seconds::float8),
+        expires_at          = expires_at - make_interval(secs => :seconds::float8),
+        cancel_requested_at = cancel_requested_at - make_interval(secs => :seconds::float8),
+        updated_at          = updated_at - make_interval(secs => :seconds::float8)
+    RETURNING 1
+), moved_queues AS (
+    UPDATE pgdrain_queues AS q
+    SET rate_starts = ARRAY(SELECT CASE WHEN (i - array_lower(q.rate_starts, 1)) % 2 = 0
+                                        THEN q.rate_starts[i] - :seconds::float8
+                                        ELSE q.rate_starts[i] END
+                            FROM generate_subscripts(q.rate_starts, 1) AS i ORDER BY i)
+    WHERE cardinality(q.rate_starts) > 0
+    RETURNING 1
+), moved_types AS (
+    UPDATE pgdrain_type_rates AS t
+    SET rate_starts = ARRAY(SELECT CASE WHEN (i - array_lower(t.rate_starts, 1)) % 2 = 0
+                                        THEN t.rate_starts[i] - :seconds::float8
+                                        ELSE t.rate_starts[i] END
+                            FROM generate_subscripts(t.rate_starts, 1) AS i ORDER BY i)
+    WHERE cardinality(t.rate_starts) > 0
+    RETURNING 1
+), moved_signals AS (
+    UPDATE pgdrain_signals
+    SET sent_at    = sent_at - make_interval(secs => :seconds::float8),
+        expires_at = expires_at - make_interval(secs => :seconds::float8)
+    RETURNING 1
+), moved_launches AS (
+    UPDATE pgdrain_drain_launches AS l
+    SET launched = ARRAY(SELECT t - make_interval(secs => :seconds::float8)
+                         FROM unnest(l.launched) AS t)
+    RETURNING 1
+), moved_schedules AS (
+    UPDATE pgdrain_schedules AS s SET last_tick = g.tick, updated_at = now()
+    FROM unnest(:names::text[], :ticks::timestamptz[]) AS g(name, tick)
+    WHERE s.name = g.name
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM moved_jobs)::int AS jobs,
+       (SELECT count(*) FROM moved_schedules)::int AS schedules,
+       (SELECT count(*) FROM moved_queues)::int + (SELECT count(*) FROM moved_types)::int
+           + (SELECT count(*) FROM moved_signals)::int
+           + (SELECT count(*) FROM moved_launches)::int AS others
+
 -- name: connection_bound
 -- Bound every later statement of this session by the server too: none may run longer than the
 -- invocation had left when it began, nor wait for a lock more than a tenth of that, so a
@@ -244,6 +302,11 @@ SELECT set_config('statement_timeout', :statement_ms::int::text, false) AS state
        CASE WHEN current_setting('server_version_num')::int >= 140000
             THEN set_config('client_connection_check_interval', '1000', false)
        END AS client_connection_check_interval
+
+-- name: connection_database
+-- The database a connection is on (pgdrain.testing finds where a test's pg8000 connection
+-- goes, to open the drain's own there).
+SELECT current_database() AS database
 
 -- name: connection_ping
 -- A cheap round trip that tells whether a reused connection is still alive.
@@ -1330,6 +1393,22 @@ RETURNING id, dedupe_key, run_at <= now() AS due
 {{job_enqueue_rows}}
 RETURNING id, dedupe_key, run_at <= now() AS due
 
+-- name: job_enqueued_list
+-- pgdrain.testing's enqueued jobs: of :job_type, in :statuses, whose payload contains
+-- :payload (jsonb @>; NULL: any), in :queue and of :tenant and :priority (NULL: any), oldest
+-- first, at most :limit. The payload comes back as text, decoded by the caller.
+SELECT id, job_type, payload::text AS payload, status, queue, priority, tenant, run_at,
+       attempts, max_attempts, dedupe_key, ordering_key
+FROM jobs
+WHERE job_type = :job_type::text
+  AND status = ANY (:statuses::text[])
+  AND (:payload::jsonb IS NULL OR payload @> :payload::jsonb)
+  AND (:queue::text IS NULL OR queue = :queue::text)
+  AND (:tenant::text IS NULL OR tenant = :tenant::text)
+  AND (:priority::int IS NULL OR priority = :priority::int)
+ORDER BY id
+LIMIT :limit::int
+
 -- name: job_failures_recent
 -- The jobs that failed last (the console's overview), newest first, at most :limit: the end of
 -- jobs_failed_finished_idx, a bounded read however many failed before.
@@ -1481,6 +1560,14 @@ WHERE (:status::text IS NULL OR status = :status::text)
 ORDER BY id DESC
 LIMIT :limit::int
 
+-- name: job_lock_others
+-- pgdrain.testing.run_job: lock every pending job but :id, in the caller's transaction, so
+-- that the drain's claims (FOR UPDATE SKIP LOCKED) and the janitor skip them and take only
+-- that one. FOR KEY SHARE: an update of those jobs meanwhile (the run's enqueue debouncing
+-- into one of them) does not wait for it; only FOR UPDATE conflicts with it.
+SELECT count(*)::int AS locked
+FROM (SELECT id FROM jobs WHERE status = 'pending' AND id <> :id::bigint FOR KEY SHARE) AS l
+
 -- name: job_minutes
 -- Jobs done and failed per minute over the last hour (the console's chart): the done and the
 -- failed rows finished since, each status through its own index (jobs_done_finished_idx,
@@ -1517,6 +1604,13 @@ SELECT COALESCE(EXTRACT(EPOCH FROM now() - CASE
        count(*) AS due
 FROM jobs
 WHERE {{job_due(jobs)}}
+
+-- name: job_outcomes
+-- pgdrain.testing: how the jobs :ids stand after a drain (a done job with nothing to keep
+-- may have no row: retention 0). Result as text, decoded by the caller.
+SELECT id, status, run_at <= now() AS due, result::text AS result, last_error
+FROM jobs
+WHERE id = ANY (:ids::bigint[])
 
 -- name: job_overview_by_queue_type
 -- What an operator asks first, per queue and job type: due, scheduled (pending, not yet due),
