@@ -33,6 +33,7 @@ from .errors import (
     Snooze,
     UnknownQueue,
     WaitFor,
+    WaitTimeout,
 )
 from .janitor import run_janitor
 from .models import (
@@ -67,6 +68,7 @@ from .store import (
     stats,
 )
 from .version import VERSION as __version__
+from .waiting import wait
 
 # Before any statement runs: every statement names pgdrain's objects in PGDRAIN_SCHEMA's
 # schema, when one is set. (Here, not in pgdrain.sql, which reads no settings.)
@@ -123,6 +125,7 @@ __all__ = [
     "TypePolicy",
     "UnknownQueue",
     "WaitFor",
+    "WaitTimeout",
     "Written",
     "__version__",
     "backlog",
@@ -150,4 +153,5 @@ __all__ = [
     "set_queue",
     "signal",
     "stats",
+    "wait",
 ]
