@@ -238,3 +238,13 @@ def test_the_janitor_forgets_waiters_whose_backend_is_gone(conn, sql):
     sql("INSERT INTO pgdrain_waiters (job_id, pid) VALUES (:id, :pid)", id=job.id, pid=alive)
     assert pgdrain.run_janitor(conn, pgdrain.Settings()).ran
     assert _waiters(sql) == [{"job_id": job.id, "pid": alive}]
+
+
+def test_listen_false_polls_for_a_pooler(conn, sql):
+    """Behind a pooler in transaction mode a LISTEN reaches another client's backend:
+    ``listen=False`` registers nothing and reads the status by itself."""
+    job = pgdrain.enqueue(conn, "send-email", {"to": "a@example.com"})
+    pgdrain.cancel(conn, [job.id])
+    counted = CountingSession(conn)
+    assert pgdrain.wait(counted, job.id, timeout=1, listen=False)["status"] == "cancelled"
+    assert counted.sent == ["waiter_status", "job_get"]

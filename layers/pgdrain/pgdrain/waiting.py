@@ -79,8 +79,8 @@ def backoff_delays() -> Iterator[float]:
 # --- the wait ---------------------------------------------------------------------------------
 
 
-def wait(conn: Any, job_id: int, *, timeout: float = DEFAULT_TIMEOUT_SECONDS
-         ) -> dict[str, Any]:
+def wait(conn: Any, job_id: int, *, timeout: float = DEFAULT_TIMEOUT_SECONDS,
+         listen: bool = True) -> dict[str, Any]:
     """Wait until job ``job_id`` is finished (``done``, ``failed`` or ``cancelled``) and
     return it as ``pgdrain.get_job`` does (``status``, ``result``, ``last_error``...).
 
@@ -90,7 +90,9 @@ def wait(conn: Any, job_id: int, *, timeout: float = DEFAULT_TIMEOUT_SECONDS
     InvalidJobId for an id that names no job (never enqueued, or deleted or purged, also
     while waiting), ValueError for a bad timeout. Every statement and socket wait ends by the
     timeout plus a few seconds. Run it on a connection of its own, outside a transaction, to
-    be woken at once; see the module's docstring for what it costs.
+    be woken at once; see the module's docstring for what it costs. ``listen=False`` polls
+    instead (once a second): for a connection behind a pooler in transaction mode (PgBouncer;
+    RDS Proxy would pin it), where a LISTEN reaches another client's backend.
     """
     ident = store.job_id(job_id)
     problem = timeout_problem(timeout)
@@ -99,7 +101,7 @@ def wait(conn: Any, job_id: int, *, timeout: float = DEFAULT_TIMEOUT_SECONDS
     session = as_session(conn)
     end = time.monotonic() + float(timeout)
     with _bounded(session, end + MESSAGE_SECONDS):
-        if _can_listen(session):
+        if listen and _can_listen(session):
             return _wait_listening(session, ident, end)
         counts["polled"] += 1
         return _wait_polling(session, ident, end)
@@ -111,9 +113,8 @@ def _can_listen(session: Session) -> bool:
             and in_transaction(session.conn) is False)
 
 
-def _status(session: Session, query: str, ident: int) -> str | None:
+def _status(row: dict[str, Any] | None) -> str | None:
     counts["statements"] += 1
-    row = session.one(query, id=ident)
     return None if row is None else row["status"]
 
 
@@ -133,7 +134,7 @@ def _finished_or_timeout(session: Session, ident: int, end: float) -> dict[str, 
 def _wait_polling(session: Session, ident: int, end: float) -> dict[str, Any]:
     delays = backoff_delays()
     while True:
-        status = _status(session, "waiter_status", ident)
+        status = _status(session.one("waiter_status", id=ident))
         if status is None or is_finished(status) or time.monotonic() >= end:
             job = _finished_or_timeout(session, ident, end)
             if job is not None:
@@ -146,7 +147,7 @@ def _wait_listening(session: Session, ident: int, end: float) -> dict[str, Any]:
     counts["statements"] += 1
     session.rows("waiter_listen")
     try:
-        status = _status(session, "waiter_register", ident)
+        status = _status(session.one("waiter_register", id=ident))
         while True:
             if status is None or is_finished(status) or time.monotonic() >= end:
                 job = _finished_or_timeout(session, ident, end)
@@ -156,7 +157,7 @@ def _wait_listening(session: Session, ident: int, end: float) -> dict[str, Any]:
                 counts["notified"] += 1
             else:
                 counts["rechecked"] += 1
-            status = _status(session, "waiter_status", ident)
+            status = _status(session.one("waiter_status", id=ident))
     finally:
         # A broken connection cannot say so: the janitor forgets the row of a dead backend,
         # and the error that broke the wait is the one to report.
