@@ -1,0 +1,109 @@
+"""What awaiting a result costs when used: for each of JOBS jobs, a thread waits for it
+(``pgdrain.wait`` on a connection of its own), a worker claims it and, once the waiter has
+registered, finishes it (``pgdrain.complete``, autocommit: the statement's return is its
+commit); the time from the finishing statement's start to ``wait`` returning with the job done
+is the wake-up latency, p50 and p99. Also how the waiters were woken (by the notification, or
+by the once-a-second re-read), and the statements a waiter ran while a job stayed pending for
+WAIT_SECONDS.
+
+    .venv/bin/python bench/waits.py
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test .venv/bin/python bench/waits.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from typing import Any
+
+import pgdrain
+from pgdrain import waiting
+from pgdrain.db import Session, connect
+from pgdrain.migrate import migrate
+from pgdrain_dev.embedded import scratch_database
+
+
+class _Counting(Session):
+    def __init__(self, conn: Any):
+        super().__init__(conn)
+        self.sent = 0
+
+    def _execute(self, query: str, params: dict[str, Any]) -> Any:
+        self.sent += 1
+        return super()._execute(query, params)
+
+
+def wake_ups(url: str, jobs: int) -> list[float]:
+    """Seconds from the finishing statement's start to wait() returning, for each job."""
+    app, worker, waiter = connect(url), connect(url), connect(url)
+    latencies: list[float] = []
+    try:
+        for _ in range(jobs):
+            job = pgdrain.enqueue(app, "bench", {})
+            [claimed] = pgdrain.claim(worker, batch_size=1, lease_seconds=60)
+            returned: dict[str, float] = {}
+
+            def wait(ident: int = job.id) -> None:
+                found = pgdrain.wait(waiter, ident, timeout=30)
+                returned["at"] = time.perf_counter()
+                assert found["status"] == "done"
+
+            thread = threading.Thread(target=wait)
+            thread.start()
+            while not app.run("SELECT 1 FROM pgdrain_waiters WHERE job_id = :id", id=job.id):
+                time.sleep(0.0005)
+            at = time.perf_counter()
+            pgdrain.complete(worker, [claimed])
+            thread.join(60)
+            latencies.append(returned["at"] - at)
+    finally:
+        for conn in (app, worker, waiter):
+            conn.close()
+    return latencies
+
+
+def idle_cost(url: str, seconds: float) -> int:
+    """Statements one waiter runs while its job stays pending for ``seconds``."""
+    conn = connect(url)
+    try:
+        job = pgdrain.enqueue(conn, "bench", {})
+        counted = _Counting(conn)
+        try:
+            pgdrain.wait(counted, job.id, timeout=seconds)
+        except pgdrain.WaitTimeout:
+            pass
+        return counted.sent
+    finally:
+        conn.close()
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--wait-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    with scratch_database("pgdrain_waits") as url:
+        conn = connect(url)
+        migrate(conn)
+        conn.close()
+        before = waiting.counts.copy()
+        ms = [x * 1000 for x in wake_ups(url, args.jobs)]
+        notified = waiting.counts["notified"] - before["notified"]
+        rechecked = waiting.counts["rechecked"] - before["rechecked"]
+        print(f"wake-up, {len(ms):,} waits (finish sent -> wait returned): p50 "
+              f"{_p(ms, 0.5):.2f} ms, p99 {_p(ms, 0.99):.2f} ms, max {max(ms):.2f} ms; "
+              f"woken by the notification {notified}, re-reads {rechecked}")
+        sent = idle_cost(url, args.wait_seconds)
+        print(f"a waiter whose job stayed pending {args.wait_seconds:g} s ran {sent} "
+              f"statements ({sent - 5} status reads, 5 to listen, register, read the job "
+              "whole, unregister, unlisten)")
+
+
+if __name__ == "__main__":
+    main()
