@@ -13,6 +13,7 @@ WAIT_SECONDS.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import threading
 import time
 from typing import Any
@@ -44,7 +45,7 @@ def wake_ups(url: str, jobs: int) -> list[float]:
             [claimed] = pgdrain.claim(worker, batch_size=1, lease_seconds=60)
             returned: dict[str, float] = {}
 
-            def wait(ident: int = job.id) -> None:
+            def wait(ident: int = job.id, returned: dict[str, float] = returned) -> None:
                 found = pgdrain.wait(waiter, ident, timeout=30)
                 returned["at"] = time.perf_counter()
                 assert found["status"] == "done"
@@ -69,10 +70,8 @@ def idle_cost(url: str, seconds: float) -> int:
     try:
         job = pgdrain.enqueue(conn, "bench", {})
         counted = _Counting(conn)
-        try:
+        with contextlib.suppress(pgdrain.WaitTimeout):
             pgdrain.wait(counted, job.id, timeout=seconds)
-        except pgdrain.WaitTimeout:
-            pass
         return counted.sent
     finally:
         conn.close()

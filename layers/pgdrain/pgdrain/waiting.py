@@ -123,7 +123,10 @@ def _finished_or_timeout(session: Session, ident: int, end: float) -> dict[str, 
     counts["statements"] += 1
     job = store.get_job(session, ident)
     if job is None:
-        raise InvalidJobId(f"no job {ident}: never enqueued, or deleted or purged")
+        # A done job not kept (retention 0) is kept for a registered waiter, but one whose
+        # finish began as the waiter registered may be gone: said here, as the API's 404 does.
+        raise InvalidJobId(f"no job {ident}: never enqueued, or deleted or purged, or done "
+                           "and not kept (PGDRAIN_RETENTION_SECONDS=0)")
     if is_finished(job["status"]):
         return job
     if time.monotonic() >= end:
