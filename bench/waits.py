@@ -6,7 +6,13 @@ is the wake-up latency, p50 and p99. Also how the waiters were woken (by the not
 by the once-a-second re-read), and the statements a waiter ran while a job stayed pending for
 WAIT_SECONDS.
 
+And what the change costs a finish nobody waits for (``--against REVISION``): the drain's
+finishing statements of this checkout (which probe ``pgdrain_waiters``) against REVISION's
+(``git show REVISION:.../queries.sql``), each prepared, run alternately on batches of 100
+claimed no-op jobs; the median time of each statement, client-side, on one connection.
+
     .venv/bin/python bench/waits.py
+    .venv/bin/python bench/waits.py --jobs 0 --against 17493ad
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test .venv/bin/python bench/waits.py
 """
 
@@ -14,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
+import subprocess
 import threading
 import time
 from typing import Any
@@ -22,6 +30,7 @@ import pgdrain
 from pgdrain import waiting
 from pgdrain.db import Session, connect
 from pgdrain.migrate import migrate
+from pgdrain.sql import QUERIES, parse_catalogue
 from pgdrain_dev.embedded import scratch_database
 
 
@@ -77,6 +86,36 @@ def idle_cost(url: str, seconds: float) -> int:
         conn.close()
 
 
+FINISHES = ("job_complete_forget_batch", "job_complete_batch")
+
+
+def finish_cost(url: str, revision: str, rounds: int, batch: int = 100
+                ) -> dict[str, tuple[float, float]]:
+    """Per statement of FINISHES: (median seconds at REVISION, median in this checkout) to
+    finish ``batch`` claimed no-op jobs, ``rounds`` times each, alternately."""
+    text = subprocess.run(["git", "show", f"{revision}:layers/pgdrain/pgdrain/sql/queries.sql"],
+                          check=True, capture_output=True, text=True).stdout
+    before = parse_catalogue(text)
+    conn = connect(url)
+    try:
+        found: dict[str, tuple[float, float]] = {}
+        for name in FINISHES:
+            statements = {"before": conn.prepare(before[name]),
+                          "after": conn.prepare(QUERIES[name])}
+            times: dict[str, list[float]] = {"before": [], "after": []}
+            for _ in range(rounds):
+                for label, statement in statements.items():
+                    pgdrain.enqueue_many(conn, [{"job_type": "bench"}] * batch)
+                    jobs = pgdrain.claim(conn, batch_size=batch, lease_seconds=60)
+                    at = time.perf_counter()
+                    statement.run(ids=[j.id for j in jobs], tokens=[j.lease_token for j in jobs])
+                    times[label].append(time.perf_counter() - at)
+            found[name] = (statistics.median(times["before"]), statistics.median(times["after"]))
+        return found
+    finally:
+        conn.close()
+
+
 def _p(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -86,11 +125,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--wait-seconds", type=float, default=10.0)
+    parser.add_argument("--against", metavar="REVISION")
+    parser.add_argument("--rounds", type=int, default=300)
     args = parser.parse_args()
     with scratch_database("pgdrain_waits") as url:
         conn = connect(url)
         migrate(conn)
         conn.close()
+        if args.against:
+            for name, (old, new) in finish_cost(url, args.against, args.rounds).items():
+                print(f"{name}, 100 jobs nobody waits for: {args.against} {old * 1e6:.0f} µs, "
+                      f"this checkout {new * 1e6:.0f} µs ({(new / old - 1) * 100:+.1f} %), "
+                      f"medians of {args.rounds}")
+        if not args.jobs:
+            return
         before = waiting.counts.copy()
         ms = [x * 1000 for x in wake_ups(url, args.jobs)]
         notified = waiting.counts["notified"] - before["notified"]
