@@ -2319,11 +2319,12 @@ LISTEN pgdrain_wait
 -- Say that this backend waits for job :id (pgdrain_waiters: the finishing statements notify
 -- it), and read the job's status in the same statement (NULL: no such job). A finish whose
 -- statement began before this one commits sees no waiter and notifies nobody: the waiter
--- reads the status again within a second (waiter_status).
+-- reads the status again within a second (waiter_status). A row this backend left (a wait
+-- cut short before it could delete it) stands: DO NOTHING needs no UPDATE privilege.
 WITH registered AS (
     INSERT INTO pgdrain_waiters (job_id, pid)
     VALUES (:id::bigint, pg_backend_pid())
-    ON CONFLICT (job_id, pid) DO UPDATE SET since = now()
+    ON CONFLICT (job_id, pid) DO NOTHING
 )
 SELECT (SELECT status FROM jobs WHERE id = :id::bigint) AS status
 
