@@ -197,7 +197,7 @@ def test_a_waiter_reads_the_job_at_most_once_a_second(conn):
     with pytest.raises(pgdrain.WaitTimeout):
         pgdrain.wait(counted, job.id, timeout=2.5)
     reads = counted.sent.count("waiter_status")
-    assert 1 <= reads <= math.ceil(2.5 / waiting.RECHECK_SECONDS)
+    assert reads <= math.ceil(2.5 / waiting.RECHECK_SECONDS)
     assert len(counted.sent) == reads + 5  # listen, register, the last read, unregister, unlisten
 
 
