@@ -580,3 +580,61 @@ def test_the_callers_trace_context_is_kept_with_each_job(app, sql, monkeypatch):
     status, shown, _ = call(app, {**load_event("job_get.json"),
                                   "pathParameters": {"id": str(body["ids"][0] - 1)}})
     assert status == 200 and shown["trace_context"]["traceparent"] == parent
+
+
+def _wait_event(job_id: int, wait: str) -> dict:
+    event = load_event("job_wait.json")
+    event["path"], event["pathParameters"] = f"/jobs/{job_id}", {"id": str(job_id)}
+    event["queryStringParameters"] = {"wait": wait}
+    event["multiValueQueryStringParameters"] = {"wait": [wait]}
+    return event
+
+
+def test_get_job_with_wait_answers_once_the_job_is_finished(app, conn, database_url):
+    """``GET /jobs/{id}?wait=20`` (events/job_wait.json): a long poll answered when the job
+    is cancelled in another session, woken by the notification, not by the backstop."""
+    from pgdrain import waiting
+    from pgdrain.db import connect
+
+    job_id = pgdrain.enqueue(conn, "test-noop", {"n": 1}).id
+
+    def cancel_once_waited_for() -> None:
+        other = connect(database_url)
+        try:
+            while not other.run("SELECT 1 FROM pgdrain_waiters WHERE job_id = :id", id=job_id):
+                threading.Event().wait(0.01)
+            pgdrain.cancel(other, [job_id])
+        finally:
+            other.close()
+
+    canceller = threading.Thread(target=cancel_once_waited_for, daemon=True)
+    before = waiting.counts["notified"]
+    canceller.start()
+    event = load_event("job_wait.json")
+    assert event["queryStringParameters"] == {"wait": "20"}
+    status, body, _ = call(app, _wait_event(job_id, "20"))
+    canceller.join(30)
+    assert (status, body["id"], body["status"]) == (200, job_id, "cancelled")
+    assert waiting.counts["notified"] - before == 1
+
+
+def test_get_job_with_wait_answers_the_job_as_it_stands_when_the_wait_is_over(app, conn):
+    job_id = pgdrain.enqueue(conn, "test-noop", {"n": 1}).id
+    status, body, _ = call(app, _wait_event(job_id, "0.2"))
+    assert (status, body["id"], body["status"]) == (200, job_id, "pending")
+    # The wait ends before the invocation's time does, whatever ?wait= asked for.
+    response = app.lambda_handler(_wait_event(job_id, "25"),
+                                  LambdaContext("pgdrain-enqueue", timeout_seconds=1.0))
+    assert (response["statusCode"], json.loads(response["body"])["status"]) == (200, "pending")
+    assert call(app, _wait_event(999999, "1"))[0] == 404
+
+
+@pytest.mark.parametrize("wait", ["-1", "25.5", "26", "abc", "", "nan", "inf", "1e1", "0x10",
+                                  "1.2345", " 5", "\uff15"])
+def test_get_job_with_a_bad_wait_is_refused(app, conn, wait):
+    job_id = pgdrain.enqueue(conn, "test-noop", {"n": 1}).id
+    status, body, _ = call(app, _wait_event(job_id, wait))
+    assert status == 400, body
+    assert body["error"].startswith("wait must be a number of seconds from 0 to 25 (API "
+                                    "Gateway ends a request after 29 s), not ")
+    assert body["details"] == {"wait": wait}

@@ -133,7 +133,11 @@ class _Gateway(BaseHTTPRequestHandler):
         event = proxy_event(self.command, self.path, list(self.headers.items()), body)
         self.server.events.append(event)
         try:
-            result = self.server.app.lambda_handler(event, LambdaContext("pgdrain-enqueue"))
+            # A GET /jobs/{id}?wait= long poll lasts until the job finishes or the time left
+            # is short: an invocation of 3 s keeps a fuzzed wait of a pending job short.
+            waits = "wait" in (event.get("queryStringParameters") or {})
+            result = self.server.app.lambda_handler(
+                event, LambdaContext("pgdrain-enqueue", timeout_seconds=3.0 if waits else 60.0))
         except Exception as exc:  # the invocation failed: API Gateway answers 502
             self.server.crashes.append((event, exc))
             result = {"statusCode": 502, "headers": {"Content-Type": "application/json"},

@@ -167,12 +167,12 @@ def test_environment_is_resolved_as_sam_local_does():
     assert env["PGDRAIN_JOBS"] == "jobs"
     assert env["POWERTOOLS_SERVICE_NAME"] == "local"  # Ref AWS::StackName, sam's value
     assert "NOT_DECLARED" not in env and "UNDECLARED_IN_SHELL" not in env
-    assert (enqueue.timeout, enqueue.memory, enqueue.handler) == (15, 256, "app.lambda_handler")
+    assert (enqueue.timeout, enqueue.memory, enqueue.handler) == (28, 256, "app.lambda_handler")
     assert enqueue.code_dir == ROOT / "functions" / "enqueue"
     assert enqueue.layer_dirs == [ROOT / "layers" / "pgdrain"]
     full = enqueue.environment()
     assert full["AWS_LAMBDA_FUNCTION_NAME"] == "EnqueueFunction"
-    assert full["AWS_LAMBDA_FUNCTION_TIMEOUT"] == "15"
+    assert full["AWS_LAMBDA_FUNCTION_TIMEOUT"] == "28"
     assert full["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] == "256"
     assert full["_HANDLER"] == "app.lambda_handler"
     assert full["LAMBDA_TASK_ROOT"] == str(ROOT / "functions" / "enqueue")

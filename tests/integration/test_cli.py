@@ -975,3 +975,22 @@ def test_signal_from_the_shell_and_listing_what_jobs_wait_for(database_url, conn
     assert refused.returncode == 1 and "name: must be 1 to 500 characters" in refused.stderr
     bad = pgdrain_cli(database_url, "signal", "x", "--payload", "{nope")
     assert bad.returncode == 2 and "not JSON" in bad.stderr
+
+
+def test_show_wait_shows_the_finished_job_or_says_it_had_not_finished(database_url, conn):
+    pending = pgdrain.enqueue(conn, "sync", {"contact": 1}).id
+    cancelled = pgdrain.enqueue(conn, "sync", {"contact": 2}).id
+    pgdrain.cancel(conn, [cancelled])
+    done = pgdrain_cli(database_url, "show", str(cancelled), "--wait", "30", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "cancelled"
+    late = pgdrain_cli(database_url, "show", str(pending), "--wait", "0.2", "--json")
+    assert late.returncode == 3, late.stderr
+    assert json.loads(late.stdout)["status"] == "pending"
+    assert late.stderr.strip().splitlines()[-1] == \
+        f"pgdrain show: job {pending} is still pending after 0.2 s"
+    missing = pgdrain_cli(database_url, "show", "987654321", "--wait", "1")
+    assert missing.returncode == 1
+    bad = pgdrain_cli(database_url, "show", str(pending), "--wait", "901")
+    assert bad.returncode == 2
+    assert "a wait must be a number of seconds from 0 to 900, not '901'" in bad.stderr

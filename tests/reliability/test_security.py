@@ -316,8 +316,16 @@ def happy_path(load_function: Callable[..., Any], admin_sql: Callable[..., Any],
         200, {"ids": [body["ids"][0]], "created": [False]})
     status, view = _call(enqueue, _job_event("job_get.json", boom))
     assert (status, view["status"]) == (200, "pending")
+    # A long poll (GET /jobs/{id}?wait=): the waiter registers, listens and unregisters.
+    waited = _job_event("job_wait.json", boom)
+    waited["queryStringParameters"] = {"wait": "0.1"}
+    waited["multiValueQueryStringParameters"] = {"wait": ["0.1"]}
+    status, view = _call(enqueue, waited)
+    assert (status, view["status"]) == (200, "pending")
 
-    # The janitor's work, left by someone else: an expired lease and an old done job.
+    # The janitor's work, left by someone else: an expired lease and an old done job; and
+    # a waiter whose backend is gone, which the drain's finishes probe and its janitor forgets.
+    admin_sql("INSERT INTO pgdrain_waiters (job_id, pid) VALUES (:id, 0)", id=boom)
     admin_sql("INSERT INTO jobs (job_type, status, attempts, claimed_at, lease_expires_at, "
               "lease_token) VALUES ('test-noop', 'running', 1, now() - interval '2 hours', "
               "now() - interval '1 hour', gen_random_uuid())")
@@ -330,6 +338,7 @@ def happy_path(load_function: Callable[..., Any], admin_sql: Callable[..., Any],
                                     "failed", "snoozed", "stale")} == {
         "reclaimed": 1, "purged": 1, "claimed": 8, "done": 4, "retried": 1, "failed": 2,
         "snoozed": 1, "stale": 0}, summary
+    assert admin_sql("SELECT job_id FROM pgdrain_waiters") == []
 
     # Release: one at a time, after a 1 s job the next one's 5 s budget no longer fits in the
     # time left (7 s less the margin), so it is handed back.
@@ -537,7 +546,7 @@ def test_grants_yes_gives_a_new_role_what_it_needs(roles: Roles):
         assert refused.returncode == 1 and "permission denied" in refused.stderr, refused
         granted = pgdrain_cli(roles.url("migrator"), "grants", role, "--yes")
         assert granted.returncode == 0, granted.stderr
-        assert granted.stdout.splitlines()[-1] == "-- granted, 6 statements"
+        assert granted.stdout.splitlines()[-1] == "-- granted, 7 statements"
         conn = connect(newcomer)
         try:
             pgdrain.enqueue(conn, "newcomer-noop")

@@ -76,8 +76,12 @@ def test_no_statement_leaves_session_state_behind():
     # the drain's connection, which a drain uses without pause anyway (docs/operations.md);
     # while it holds one, an idle bound (idle_session_timeout) that giving it back lifts. And
     # `pgdrain migrate`'s lock, held across an online migration's transactions by the CLI
-    # or the deploy's custom resource, never by a function's pooled connection.
+    # or the deploy's custom resource, never by a function's pooled connection. And
+    # pgdrain.wait's LISTEN, which UNLISTENs before it returns, and which a connection behind
+    # a pooler does not run (wait(..., listen=False); the enqueue function: the same setting
+    # as its prepared statements, PGDRAIN_PREPARED_STATEMENTS).
     assert offenders == {"connection_bound": "set_config",
+                         "waiter_listen": "LISTEN",
                          "migration_lock": "pg_advisory_lock",
                          "drain_slot_take": "set_config",
                          "drain_slot_give_back": "set_config"}

@@ -33,6 +33,7 @@ from .errors import (
     Snooze,
     UnknownQueue,
     WaitFor,
+    WaitTimeout,
 )
 from .janitor import run_janitor
 from .middleware import middleware, on_finish, on_start
@@ -68,6 +69,7 @@ from .store import (
     stats,
 )
 from .version import VERSION as __version__
+from .waiting import wait
 
 # Before any statement runs: every statement names pgdrain's objects in PGDRAIN_SCHEMA's
 # schema, when one is set. (Here, not in pgdrain.sql, which reads no settings.)
@@ -124,6 +126,7 @@ __all__ = [
     "TypePolicy",
     "UnknownQueue",
     "WaitFor",
+    "WaitTimeout",
     "Written",
     "__version__",
     "backlog",
@@ -154,4 +157,5 @@ __all__ = [
     "set_queue",
     "signal",
     "stats",
+    "wait",
 ]

@@ -31,6 +31,16 @@ class InvalidJobId(PgdrainError, ValueError):
     """A job id that cannot name a job: not an integer from 1 to 2**63 - 1."""
 
 
+class WaitTimeout(PgdrainError, TimeoutError):
+    """``pgdrain.wait`` ran out of its timeout before the job finished. ``job`` is the job as
+    it stood then (``pgdrain.get_job``'s dict: its ``status`` says what it was doing), or None
+    if it was deleted in the meantime."""
+
+    def __init__(self, message: str, job: dict[str, object] | None):
+        super().__init__(message)
+        self.job = job
+
+
 class UnknownQueue(PgdrainError, LookupError):
     """A queue no job names and nobody set before: probably a typo. Nothing changed."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import signals, store
+from . import signals, store, waiting
 from .db import as_session
 from .models import ExpiredLease, Finish, JanitorResult, Outcome
 from .policy import DEFAULT_POLICY, Fail, Refund, Retry, after_lost_lease
@@ -62,6 +62,8 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
         timed_out = 0
         if look["signals"]:  # no row there, no job waits for a signal: no statement
             timed_out, _ = signals.janitor_pass(session, limit=settings.reclaim_batch_size)
+        if look["waiters"]:  # nobody waits for a job (pgdrain.wait): no statement
+            waiting.forget_dead(session)
         purged = _purge(session, settings)
     for job in stopped:
         log.info("job %s (%s, queue %s) was pending though asked to stop: cancelled", job["id"],

@@ -43,7 +43,11 @@ class EnqueueFunction:
         self.logger = logger
         self.metrics = metrics
         self.app = app = APIGatewayRestResolver()
-        self.api = service.EnqueueApi(registry=registry, limits=limits, session=self.session)
+        self.api = service.EnqueueApi(registry=registry, limits=limits, session=self.session,
+                                      wait_budget=self.wait_budget,
+                                      # Behind a pooler a LISTEN would pin the session or
+                                      # reach another client's backend: poll instead.
+                                      wait_listens=settings.prepared_statements)
         app.route(ANY_PATH, method=METHODS)(self._serve)
         # A method outside METHODS reaches no handler: answered the same way (405 or 404).
         app.exception_handler(NotFoundError)(self._no_route)
@@ -56,6 +60,12 @@ class EnqueueFunction:
 
     def time_left(self) -> float:
         return self.app.lambda_context.get_remaining_time_in_millis() / 1000
+
+    def wait_budget(self) -> float:
+        """How long a ``GET /jobs/{id}?wait=`` may still wait: the time left less the whole
+        margin (its statements may run until half of it is left; the rest is for answering)."""
+        left = self.time_left()
+        return left - self.settings.margin_for(left)
 
     def session(self) -> Session:
         """The connection, every statement bounded by the time left less half the margin
@@ -71,7 +81,8 @@ class EnqueueFunction:
             return self._answer(service.no_route(event.http_method, event.path or ""))
         headers = {k.lower(): v for k, v in (event.headers or {}).items()}
         request = service.Request(body=event.body, base64_encoded=bool(event.is_base64_encoded),
-                                  headers=headers, path_params=found.params)
+                                  headers=headers, path_params=found.params,
+                                  query=dict(event.query_string_parameters or {}))
         return self._answer(self.api.handle(found.route.operation_id, request))
 
     def _no_route(self, error: NotFoundError) -> Response[Any]:

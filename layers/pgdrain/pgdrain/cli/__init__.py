@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="at most this many (default 50)")
     show = command("show", "one job: every field and its last error")
     show.add_argument("id", type=arguments.job_id, metavar="ID")
+    show.add_argument("--wait", type=arguments.wait_seconds, metavar="SECONDS",
+                      help="wait up to SECONDS (at most 900) for the job to finish (done, "
+                           "failed or cancelled), then show it; exit status 3 if it had not")
     requeue = command("requeue", "give failed jobs a fresh set of attempts, due now (a redrive)")
     requeue.add_argument("--id", type=arguments.job_id, action="append", dest="ids",
                          metavar="ID", help="a job id (repeatable)")

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from ..errors import InvalidJobId
+from ..waiting import timeout_problem
 from .output import quoted
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
@@ -100,6 +101,18 @@ def role(raw: str) -> str:
         raise argparse.ArgumentTypeError(
             f"a role name of 1 to 63 bytes without control characters, not {_shown(raw)}")
     return raw
+
+
+def wait_seconds(raw: str) -> float:
+    """``show --wait``'s seconds: a number from 0 to 900 (pgdrain.wait's timeout)."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    problem = timeout_problem(seconds)
+    if problem:
+        raise argparse.ArgumentTypeError(f"a wait {problem.replace(repr(seconds), _shown(raw))}")
+    return seconds
 
 
 def _shown(raw: str) -> str:

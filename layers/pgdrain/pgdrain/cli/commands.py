@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from .. import operator_store, store
+from .. import operator_store, store, waiting
+from ..errors import InvalidJobId, WaitTimeout
 from . import output
 from .output import Column
 
@@ -130,11 +131,24 @@ def list_jobs(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def show(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
-    job = store.get_job(conn, args.id)
+    unfinished = False
+    if args.wait is None:
+        job = store.get_job(conn, args.id)
+    else:
+        try:
+            job = waiting.wait(conn, args.id, timeout=args.wait)
+        except WaitTimeout as exc:  # shown as it stands, and said so
+            job, unfinished = exc.job, True
+        except InvalidJobId:  # a valid id (parsed): no such job, or gone meanwhile
+            job = None
     if job is None:
         print(f"pgdrain show: there is no job {args.id}", file=output_errors(out))
         return 1
     print(output.to_json(job) if args.json else output.record(job), file=out)
+    if unfinished:
+        print(f"pgdrain show: job {args.id} is still {job['status']} after {args.wait:g} s",
+              file=output_errors(out))
+        return 3
     return 0
 
 

@@ -185,8 +185,19 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
         },
     },
     "getJob": {
+        "description": "With `?wait=N` a long poll: the answer comes as soon as the job is "
+                       "finished (`done`, `failed` or `cancelled`), or after N seconds (at "
+                       "most 25, and never past the function's time left) with the job as it "
+                       "stands: 200 either way, so read `status`. A job waiting for its "
+                       "parents or a signal, or pending for a retry, is not finished.",
+        "parameters": [{"name": "wait", "in": "query", "required": False,
+                        "description": "Seconds to wait for the job to finish (0 to 25, "
+                                       "a decimal number such as `5` or `2.5`).",
+                        "schema": {"type": "string",
+                                   "pattern": "^[0-9]{1,3}(\\.[0-9]{1,3})?$"}}],
         "responses": {
-            "200": _job_response("The job."),
+            "200": _job_response("The job (with `?wait=`, finished or as it stands when "
+                                 "the wait is over)."),
             "400": _ref_response("BadRequest"),
             "404": _ref_response("NotFound"),
         },

@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -96,6 +97,25 @@ def parse_enqueue(
                 for i, item in enumerate(items)]
         return EnqueueRequest(jobs, batch=True)
     return EnqueueRequest([_job(document, None, key, registry, limits)], batch=False)
+
+
+MAX_API_WAIT_SECONDS = 25.0
+"""The longest ``GET /jobs/{id}?wait=N``: API Gateway ends a request after 29 s (as ``POST
+/drain?wait=true``'s 25 s)."""
+_WAIT_NUMBER = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3})?")
+
+
+def parse_wait(raw: str | None) -> float | None:
+    """``GET /jobs/{id}``'s ``wait`` query parameter: seconds from 0 to 25, as a decimal
+    number (``5``, ``2.5``); None when absent; ApiError 400 for anything else."""
+    if raw is None:
+        return None
+    seconds = float(raw) if _WAIT_NUMBER.fullmatch(raw) else math.nan
+    if not 0 <= seconds <= MAX_API_WAIT_SECONDS:  # NaN too
+        raise ApiError(400, f"wait must be a number of seconds from 0 to "
+                            f"{MAX_API_WAIT_SECONDS:g} (API Gateway ends a request after 29 s), "
+                            f"not {raw[:40]!r}", {"wait": raw[:40]})
+    return seconds
 
 
 def json_content_type(content_type: str | None) -> None:

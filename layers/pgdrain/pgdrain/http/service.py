@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from .. import operator_store, store
+from .. import operator_store, store, waiting
 from ..db import Session
 from ..enqueue import enqueue_atomically, traced
 from ..errors import (
@@ -25,9 +25,17 @@ from ..errors import (
     InvalidSignal,
     QueryFailed,
     UnknownQueue,
+    WaitTimeout,
 )
 from ..registry import Registry
-from .requests import ApiError, Limits, parse_enqueue, parse_queue_settings, parse_signal
+from .requests import (
+    ApiError,
+    Limits,
+    parse_enqueue,
+    parse_queue_settings,
+    parse_signal,
+    parse_wait,
+)
 from .routes import ROUTES, allowed_methods
 
 BAD_ID = "the job id must be an integer from 1 to 9223372036854775807"
@@ -68,16 +76,23 @@ class Request:
     base64_encoded: bool = False
     headers: dict[str, str] = field(default_factory=dict)
     path_params: dict[str, str] = field(default_factory=dict)
+    query: dict[str, str] = field(default_factory=dict)
 
 
 class EnqueueApi:
     """The routes of the enqueue function."""
 
     def __init__(self, *, registry: Registry, limits: Limits,
-                 session: Callable[[], Session]):
+                 session: Callable[[], Session],
+                 wait_budget: Callable[[], float] | None = None, wait_listens: bool = True):
         self.registry = registry
         self.limits = limits
         self.session = session
+        self.wait_budget = wait_budget
+        """Seconds a ``?wait=`` may still take (the invocation's time left less its margin);
+        None: as long as asked."""
+        self.wait_listens = wait_listens
+        """Whether a ``?wait=`` LISTENs (not behind a pooler: ``pgdrain.wait``'s ``listen``)."""
 
     def handle(self, operation_id: str, request: Request) -> Response:
         """Serve the route ``operation_id`` (``http.routes``); raises ApiError to refuse."""
@@ -87,7 +102,7 @@ class EnqueueApi:
                                      idempotency_key=request.headers.get("idempotency-key"),
                                      headers=request.headers)
         if operation_id == "getJob":
-            return self.get_job(request.path_params["id"])
+            return self.get_job(request.path_params["id"], wait=request.query.get("wait"))
         if operation_id == "retryJob":
             return self.retry_job(request.path_params["id"])
         if operation_id == "cancelJob":
@@ -135,15 +150,33 @@ class EnqueueApi:
                             "ids": answer["ids"], "jobs_created": created,
                             "job_types": sorted({j.job_type for j in request.jobs})}))
 
-    def get_job(self, raw_id: str) -> Response:
-        """``GET /jobs/{id}``: the job, or 404."""
+    def get_job(self, raw_id: str, *, wait: str | None = None) -> Response:
+        """``GET /jobs/{id}``: the job, or 404. With ``?wait=N`` (seconds, at most 25 and the
+        invocation's time left), a long poll: answered as soon as the job is finished (done,
+        failed, cancelled), else after N seconds with the job as it stands (200 either way:
+        the client reads ``status``)."""
         ident = job_id(raw_id)
-        job = store.get_job(self.session(), ident)
+        seconds = parse_wait(wait)
+        if seconds is None:
+            job = store.get_job(self.session(), ident)
+        else:
+            job = self._waited(ident, seconds)
         if job is None:
             raise ApiError(404, f"no job with id {ident} (a done job is not kept unless "
                                 "PGDRAIN_RETENTION_SECONDS is set, an ended one after "
                                 "its retention)", {"id": ident})
         return Response(200, job_view(job), metrics={"JobLookups": 1})
+
+    def _waited(self, ident: int, seconds: float) -> dict[str, Any] | None:
+        if self.wait_budget is not None:
+            seconds = max(0.0, min(seconds, self.wait_budget()))
+        try:
+            return waiting.wait(self.session(), ident, timeout=seconds,
+                                listen=self.wait_listens)
+        except WaitTimeout as exc:
+            return exc.job
+        except InvalidJobId:  # the id is valid (parsed above): no such job, or gone
+            return None
 
     def retry_job(self, raw_id: str) -> Response:
         """``POST /jobs/{id}/retry``: a failed job pending again, or why not (404, 409)."""

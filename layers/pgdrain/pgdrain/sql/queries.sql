@@ -221,6 +221,22 @@ queues AS (
       AND (:queues::text[] IS NULL OR o.queue = ANY (:queues::text[]))
 )
 
+-- fragment: waiters_woken
+-- The CTE `woken`: the jobs of :ids that a caller of pgdrain.wait waits for (a row in
+-- pgdrain_waiters, migration 0029), each with a notification on the channel pgdrain_wait
+-- (payload: its id), sent when the transaction commits. The finishing statements (done, fail,
+-- cancel) use it, and must read it (a CTE nothing reads is not run). A job nobody waits for
+-- costs one probe of an empty table per statement, not per job, and no notification: a
+-- NOTIFY takes the server's notify lock at commit, which would order every drain's commits.
+-- An id whose write turns out stale (its claim was lost) is notified all the same: its waiter
+-- reads the job again and waits on. A waiter that registered after this statement's snapshot
+-- is not notified: it sees the job finished within a second (pgdrain.waiting's re-read).
+woken AS (
+    SELECT w.job_id, pg_notify('pgdrain_wait', w.job_id::text)
+    FROM pgdrain_waiters AS w
+    WHERE w.job_id = ANY (:ids::bigint[])
+)
+
 -- name: clock_advance
 -- pgdrain.testing.advance: the queue as it would be :seconds from now, without waiting. Every
 -- time the drain compares with now() moves back by :seconds, together (so what is relative
@@ -576,10 +592,12 @@ FROM (VALUES
     (5, 'app', 'SELECT, UPDATE', 'pgdrain_drain_launches'),
     (6, 'app', 'SELECT, INSERT, UPDATE, DELETE',
      'pgdrain_done_counts, pgdrain_schedule_declarations, job_edges, pgdrain_signals'),
+    (7, 'app', 'SELECT, INSERT, DELETE', 'pgdrain_waiters'),
     (1, 'enqueue', 'SELECT, INSERT, UPDATE', 'jobs'),
     (2, 'enqueue', 'SELECT, UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'enqueue', 'SELECT, INSERT, UPDATE', 'pgdrain_queues'),
     (4, 'enqueue', 'SELECT, INSERT, UPDATE', 'job_edges, pgdrain_signals'),
+    (5, 'enqueue', 'SELECT, INSERT, DELETE', 'pgdrain_waiters'),
     (1, 'drain', 'SELECT, UPDATE, DELETE', 'jobs'),
     (2, 'drain', 'UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'drain', 'SELECT, UPDATE', 'pgdrain_queues'),
@@ -589,7 +607,8 @@ FROM (VALUES
     (7, 'drain', 'SELECT, INSERT, UPDATE, DELETE',
      'pgdrain_done_counts, pgdrain_schedule_declarations'),
     (8, 'drain', 'SELECT, UPDATE, DELETE', 'job_edges'),
-    (9, 'drain', 'SELECT, INSERT, UPDATE, DELETE', 'pgdrain_signals')
+    (9, 'drain', 'SELECT, INSERT, UPDATE, DELETE', 'pgdrain_signals'),
+    (10, 'drain', 'SELECT, DELETE', 'pgdrain_waiters')
 ) AS g(position, part, privileges, objects)
 WHERE g.part = :part AND (g.position > 0 OR :in_schema::boolean)
 ORDER BY g.position
@@ -705,7 +724,8 @@ SELECT (SELECT count(*) FROM timed_out)::int AS timed_out,
 -- controlled claim), whether some queue is paused, capped or rate-limited (the drain then
 -- claims queue by queue: job_claim_batch_by_queue) and whether pending jobs name tenants (the
 -- drain then claims fairly), and whether any signal is sent or awaited (the janitor then
--- times waits out and forgets expired signals: janitor_signals_batch).
+-- times waits out and forgets expired signals: janitor_signals_batch), and whether anyone
+-- waits for a job (the janitor then forgets dead waiters: waiters_forget_dead).
 -- The probes of jobs are ordered by their index: an EXISTS was planned as a sequential scan
 -- that stops at the first match, which reads the whole history when it lies ahead of it.
 SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
@@ -719,7 +739,8 @@ SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
                   OR rate_limit IS NOT NULL) AS queues_set,
        (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
         ORDER BY tenant LIMIT 1) IS NOT NULL AS tenants,
-       EXISTS (SELECT 1 FROM pgdrain_signals) AS signals
+       EXISTS (SELECT 1 FROM pgdrain_signals) AS signals,
+       EXISTS (SELECT 1 FROM pgdrain_waiters) AS waiters
 
 -- name: job_backlog
 -- Due pending jobs (counted up to :cap) and the seconds the oldest has waited, read through
@@ -821,8 +842,9 @@ SELECT (SELECT count(*) FROM pgdrain_queues WHERE paused_at IS NOT NULL)::int AS
 -- instead of retried); a finished one stays as it is. The rows are locked in id order, so two
 -- cancels never deadlock; a claim holding a row makes this wait for its commit, then see the
 -- job running. Returns each existing id with what happened: cancelled, cancel_requested, or
--- already_done / already_failed / already_cancelled.
-WITH target AS (
+-- already_done / already_failed / already_cancelled. Waiters of these jobs are notified
+-- (waiters_woken; the count only makes the statement read it).
+WITH {{waiters_woken}}, target AS (
     SELECT id, status
     FROM jobs
     WHERE id = ANY(:ids::bigint[])
@@ -848,6 +870,7 @@ SELECT t.id,
 FROM target AS t
 LEFT JOIN cancelled AS c ON c.id = t.id
 LEFT JOIN requested AS r ON r.id = t.id
+WHERE (SELECT count(*) FROM woken) >= 0
 ORDER BY t.id
 
 -- name: job_checkpoint_batch
@@ -1222,13 +1245,16 @@ SELECT * FROM claimed ORDER BY priority, run_at, id
 -- Mark claimed jobs done: job_finish_batch for the commonest case, two arrays instead of five
 -- and no CASE per column (it is a fifth faster on no-op jobs in batches of 100; see
 -- docs/benchmarks.md). Each row is guarded by its claim (running, same lease token); the ids
--- that come back are the ones that changed, any other was a stale write.
+-- that come back are the ones that changed, any other was a stale write. Waiters of these
+-- jobs are notified (waiters_woken; the count only makes the statement read it).
+WITH {{waiters_woken}}
 UPDATE jobs AS j
 SET {{job_done_set}}
 FROM unnest(:ids::bigint[], :tokens::uuid[]) AS c(id, lease_token)
 WHERE j.id = c.id
   AND j.status = 'running'
   AND j.lease_token = c.lease_token
+  AND (SELECT count(*) FROM woken) >= 0
 RETURNING j.id
 
 -- name: job_complete_forget_batch
@@ -1243,10 +1269,11 @@ RETURNING j.id
 -- deleted ones are counted in pgdrain_done_counts
 -- (job_overview_by_queue_type reads them), a row per queue and type, taken in one order by
 -- every such statement so that two drains' batches never wait on each other's counts in a
--- cycle.
+-- cycle. A job someone waits for (pgdrain.wait: waiters_woken) is kept done too, for its
+-- waiter to read its result, and its waiter is notified.
 WITH c AS (
     SELECT * FROM unnest(:ids::bigint[], :tokens::uuid[]) AS c(id, lease_token)
-), forgotten AS (
+), {{waiters_woken}}, forgotten AS (
     DELETE FROM jobs AS j
     USING c
     WHERE j.id = c.id
@@ -1254,6 +1281,7 @@ WITH c AS (
       AND j.lease_token = c.lease_token
       AND j.dedupe_key IS NULL
       AND NOT j.has_children
+      AND j.id <> ALL (ARRAY(SELECT job_id FROM woken))
     RETURNING j.id, j.queue, j.job_type
 ), counted AS (
     INSERT INTO pgdrain_done_counts AS n (queue, job_type, minute, done)
@@ -1269,7 +1297,8 @@ WITH c AS (
     WHERE j.id = c.id
       AND j.status = 'running'
       AND j.lease_token = c.lease_token
-      AND (j.dedupe_key IS NOT NULL OR j.has_children)
+      AND (j.dedupe_key IS NOT NULL OR j.has_children
+           OR j.id = ANY (ARRAY(SELECT job_id FROM woken)))
     RETURNING j.id
 )
 SELECT c.id FROM c
@@ -1430,7 +1459,10 @@ LIMIT :limit::int
 -- or NULL), and with an error (why the result could not be stored) keeps it in last_error.
 -- Returns what a dead-letter hook needs of each (job_hooks_insert), and for a job that ended
 -- failed whether a drain declared a hook for its type (hooks_declare): the caller then inserts
--- the hook's job in the same transaction, whichever process it is.
+-- the hook's job in the same transaction, whichever process it is. Waiters of these jobs are
+-- notified (waiters_woken; the count only makes the statement read it): a retry's too, whose
+-- waiter reads the job pending and waits on.
+WITH {{waiters_woken}}
 UPDATE jobs AS j
 SET status           = CASE WHEN f.outcome = 'done' THEN 'done'
                             WHEN f.outcome = 'fail' THEN 'failed'
@@ -1464,6 +1496,7 @@ FROM unnest(:ids::bigint[], :tokens::uuid[], :outcomes::text[], :delays::float8[
 WHERE j.id = f.id
   AND j.status = 'running'
   AND j.lease_token = f.lease_token
+  AND (SELECT count(*) FROM woken) >= 0
 RETURNING j.id, j.job_type, j.queue, j.status, j.last_error,
           CASE WHEN j.status = 'failed'
                THEN EXISTS (SELECT FROM pgdrain_hooked_types AS h WHERE h.job_type = j.job_type)
@@ -2371,3 +2404,48 @@ COMMIT
 -- name: transaction_rollback
 -- Roll it back.
 ROLLBACK
+
+-- name: waiter_listen
+-- Listen for the notifications of finished jobs that someone waits for (waiters_woken), on a
+-- connection outside any transaction (pgdrain.wait): they arrive between statements.
+LISTEN pgdrain_wait
+
+-- name: waiter_register
+-- Say that this backend waits for job :id (pgdrain_waiters: the finishing statements notify
+-- it), and read the job's status in the same statement (NULL: no such job). A finish whose
+-- statement began before this one commits sees no waiter and notifies nobody: the waiter
+-- reads the status again within a second (waiter_status). A row this backend left (a wait
+-- cut short before it could delete it) stands: DO NOTHING needs no UPDATE privilege.
+WITH registered AS (
+    INSERT INTO pgdrain_waiters (job_id, pid)
+    VALUES (:id::bigint, pg_backend_pid())
+    ON CONFLICT (job_id, pid) DO NOTHING
+)
+SELECT (SELECT status FROM jobs WHERE id = :id::bigint) AS status
+
+-- name: waiter_status
+-- A waited job's status, by its primary key (NULL: gone): what a waiter reads when notified,
+-- and at most once a second otherwise.
+SELECT (SELECT status FROM jobs WHERE id = :id::bigint) AS status
+
+-- name: waiter_unlisten
+-- Stop listening (pgdrain.wait returns): a backend that listens and never reads would hold
+-- back the server's notification queue.
+UNLISTEN pgdrain_wait
+
+-- name: waiter_unregister
+-- This backend no longer waits for job :id.
+DELETE FROM pgdrain_waiters WHERE job_id = :id::bigint AND pid = pg_backend_pid()
+
+-- name: waiters_forget_dead
+-- The janitor's: forget waiters whose backend is gone (killed mid-wait, the connection cut)
+-- or that registered longer ago than any wait lasts (:max_seconds; a backend id reused by
+-- then waits for nothing here), so that their jobs' finishes stop notifying. Only when
+-- pgdrain_waiters has a row (janitor_try_lock's `waiters`). Returns how many.
+WITH forgotten AS (
+    DELETE FROM pgdrain_waiters AS w
+    WHERE w.since < now() - make_interval(secs => :max_seconds::float8)
+       OR NOT EXISTS (SELECT FROM pg_stat_activity AS a WHERE a.pid = w.pid)
+    RETURNING 1
+)
+SELECT count(*)::int AS forgotten FROM forgotten

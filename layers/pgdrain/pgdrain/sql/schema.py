@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 
 _CREATED = re.compile(
-    r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|SEQUENCE|FUNCTION)\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:UNLOGGED\s+)?(?:TABLE|SEQUENCE|FUNCTION)\s+(?:IF\s+NOT\s+EXISTS\s+)?"
     r"([a-z_][a-z0-9_]*)", re.IGNORECASE)
 # Index names stand alone only where an index is dropped or altered (CREATE INDEX puts the
 # index in its table's schema).
