@@ -25,28 +25,12 @@ import dataclasses
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from .errors import ConfigError
-from .registry import REGISTRY, Handler, Registry
+from .registry import REGISTRY, Handler, Kind, Layer, Registry
 
 log = logging.getLogger(__name__)
-
-Kind = Literal["middleware", "start", "finish"]
-
-
-@dataclass(frozen=True, slots=True)
-class Layer:
-    """One registered middleware or hook."""
-
-    kind: Kind
-    func: Callable[..., Any]
-    is_async: bool = False
-
-    def applies_to(self, handler: Handler) -> bool:
-        return self.kind != "middleware" or self.is_async == handler.is_async
-
 
 def middleware(func: Callable[..., Any] | None = None, *, registry: Registry | None = None
                ) -> Any:

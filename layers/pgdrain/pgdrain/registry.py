@@ -13,7 +13,7 @@ import inspect
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigError
 from .policy import DEFAULT_POLICY, Backoff, BackoffFunction, TypePolicy
@@ -21,7 +21,6 @@ from .policy import DEFAULT_POLICY, Backoff, BackoffFunction, TypePolicy
 if TYPE_CHECKING:
     from .cron import Cron
     from .flow import Rate
-    from .middleware import Layer
 
 DEFAULT_JOB_MODULES = "jobs"
 """Every module of ``layers/pgdrain/jobs/``, where a stack's own handlers go."""
@@ -71,6 +70,21 @@ class Schedule:
     @property
     def queue(self) -> str:
         return str(self.options.get("queue", "default"))
+
+
+Kind = Literal["middleware", "start", "finish"]
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One registered middleware or hook (pgdrain.middleware)."""
+
+    kind: Kind
+    func: Callable[..., Any]
+    is_async: bool = False
+
+    def applies_to(self, handler: Handler) -> bool:
+        return self.kind != "middleware" or self.is_async == handler.is_async
 
 
 class Registry:
