@@ -106,7 +106,7 @@ class Loop:
         s.completer.flush()
         size = claim_size(s.pace, room=room, free=max(free, 0),
                           batch_size=s.settings.batch_size, left=s.left())
-        jobs = self.planner.claim(s.store, size)
+        jobs = self.planner.claim(s.store, size, room=room)
         if not jobs:
             return self._claimed_nothing()
         s.summary.claimed += len(jobs)
@@ -120,7 +120,7 @@ class Loop:
             self.claimed_nothing = True
             return False
         free_in = self.planner.rate_free_in
-        wait = rate_wait(free_in, left=self.s.left(),
+        wait = rate_wait(self.planner.wait_in(), left=self.s.left(),
                          least_to_start=self.s.budget.least_to_start(self.s.started))
         if wait is not None:
             time.sleep(wait)
@@ -205,24 +205,40 @@ class Loop:
             return True
         if admission.cut_short and not handler.resumable:  # a resumable job expects it
             s.warn_cut_short(job, handler, left)
-        self._attempt(job, handler, admission.timeout, session, time.monotonic() + left)
+        batch = None
+        if handler.batch_size is not None:  # it leads a batch of its type's ready jobs
+            from .batches import take_group
+
+            batch = take_group(self.ready, job, handler)
+        self._attempt(job, handler, admission.timeout, session, time.monotonic() + left,
+                      batch)
         return True
 
     def _attempt(self, job: Job, handler: Handler, timeout: float, session: Session | None,
-                 must_end: float) -> None:
+                 must_end: float, batch: list[Job] | None = None) -> None:
         s = self.s
         started = time.monotonic()
         s.started += 1
         s.pace.start()
-        try:
-            job = with_parsed_payload(job, handler)
-        except Discard as exc:
-            if session is not None:
-                s.store.give_back(session, broken=False)
-            s.settle(Ended(job, handler, started, time.monotonic() - started, error=exc))
-            s.pace.finish()
-            return
-        transaction = None if session is None else Transaction(session, job, s.done)
+        transaction: Transaction | None
+        if batch is not None:
+            from .batches import start_batch
+
+            ready = start_batch(s, batch, handler, session, started)
+            if ready is None:
+                s.pace.finish()
+                return
+            job, handler, transaction = ready
+        else:
+            try:
+                job = with_parsed_payload(job, handler)
+            except Discard as exc:
+                if session is not None:
+                    s.store.give_back(session, broken=False)
+                s.settle(Ended(job, handler, started, time.monotonic() - started, error=exc))
+                s.pace.finish()
+                return
+            transaction = None if session is None else Transaction(session, job, s.done)
         attempt = Attempt(job, handler, timeout, started, transaction)
         inline = runs_inline(handler, slots=self.slots, limits=s.limits)
         s.checkpoints.begin(job, handler, inline=inline)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..models import Job
 
@@ -54,6 +54,15 @@ class Claims(Protocol):
     def tenanted(self) -> bool: ...
 
     def rated_due(self, queues: Sequence[str] | None) -> bool: ...
+
+
+class Batched(Protocol):
+    """What the planner asks of the batch types' claims (``drain.batches.BatchClaims``)."""
+
+    def claim(self, store: Any, *, room: int, lease: float,
+              queues: Sequence[str] | None) -> list[Job]: ...
+
+    def window_in(self) -> float | None: ...
 
 
 class Pace:
@@ -128,7 +137,8 @@ class ClaimPlanner:
     """The state the next claim depends on, from the janitor's look at the start on."""
 
     def __init__(self, *, alone_due: bool, controlled: bool, fair: bool, rated: bool,
-                 lease: float, queues: Sequence[str] | None, by_queue: bool = False):
+                 lease: float, queues: Sequence[str] | None, by_queue: bool = False,
+                 batches: Batched | None = None):
         self.alone_due = alone_due
         """Jobs whose claim was lost are due (the janitor said so): claim them one by one."""
         self.controlled = controlled
@@ -154,26 +164,50 @@ class ClaimPlanner:
         self.rate_free_in: float | None = None
         """After a claim that found nothing: the seconds until a rate limit that held due
         work back lets one more start (None: no rate held anything back)."""
+        self.batches = batches
+        """The batch types' claims (drain.batches; None: no batch handler): they take turns
+        with the other claims, one batch a claim."""
+        self.batch_turn = False
         self.start_by: dict[int, float] = {}
         """Jobs claimed under a rate limit: the ``time.monotonic()`` by which each must start,
         or be handed back unstarted (flow.start_slack: the starts keep the rate)."""
 
-    def claim(self, store: Claims, size: int) -> list[Job]:
+    def claim(self, store: Claims, size: int, *, room: int | None = None) -> list[Job]:
         """The next claim: a job whose claim was lost before, alone, while there are any;
         then up to ``size`` jobs, the controlled claim's first (else a steady flow of others'
-        jobs would leave them waiting)."""
+        jobs would leave them waiting). With batch types, every other claim is a batch's
+        first (within ``room``, the jobs the drain may still claim), and either kind is
+        tried when the other finds nothing."""
         if self.alone_due:
             job = store.claim_alone(lease_seconds=self.lease, queues=self.queues)
             if job is not None:
                 return [job]
             self.alone_due = False
         self.rate_free_in = None
+        batch_first = False
+        if self.batches is not None:
+            self.batch_turn = batch_first = not self.batch_turn
+            if batch_first and (jobs := self._batch(store, size if room is None else room)):
+                return jobs
         jobs = self._controlled(store, size) if self._wants_controlled(store) else []
         if len(jobs) < size:
             jobs += self._plain(store, size - len(jobs))
+        if not jobs and self.batches is not None and not batch_first:
+            jobs = self._batch(store, size if room is None else room)
         if jobs:
             self.rate_free_in = None
         return jobs
+
+    def _batch(self, store: Claims, room: int) -> list[Job]:
+        assert self.batches is not None
+        return self.batches.claim(store, room=room, lease=self.lease, queues=self.queues)
+
+    def wait_in(self) -> float | None:
+        """After a claim that found nothing: the seconds until a rate limit frees or a batch's
+        window closes, whichever is first (None: neither holds due work back)."""
+        window = None if self.batches is None else self.batches.window_in()
+        waits = [w for w in (self.rate_free_in, window) if w is not None]
+        return min(waits) if waits else None
 
     def _wants_controlled(self, store: Claims) -> bool:
         """Whether to claim capped or rate-limited work: while some queue has a limit, or
