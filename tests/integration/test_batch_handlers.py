@@ -32,6 +32,10 @@ def batch_type(calls: list[list[int]], *, batch_size: int = 100, batch_window: f
     return registry
 
 
+def flat(calls: list[list[int]]) -> list[int]:
+    return [job_id for call in calls for job_id in call]
+
+
 def enqueue(conn, n: int, **options) -> list[int]:
     return [pgdrain.enqueue(conn, "index-docs", {"n": i}, **options).id for i in range(n)]
 
@@ -150,3 +154,174 @@ def test_the_call_has_the_handlers_time_limit(conn, database_url):
                                                  backoff=lambda attempt, error: 60))
     assert summary.retried == 2
     assert all("HandlerTimeout" in status(conn, i)["last_error"] for i in ids)
+
+
+# --- the window ---
+
+
+def backdate(sql, ids, seconds: float) -> None:
+    """Move these jobs' clock back: enqueued and due ``seconds`` earlier."""
+    sql("UPDATE jobs SET created_at = created_at - make_interval(secs => :s), "
+        "run_at = run_at - make_interval(secs => :s) WHERE id = ANY (:ids)", s=seconds, ids=ids)
+
+
+def test_a_partial_batch_waits_unclaimed_until_its_window_closes(conn, sql):
+    ids = enqueue(conn, 2)
+    held = claim_batch_of_type(conn, job_type="index-docs", batch_size=10, batch_window=60,
+                               lease_seconds=30)
+    assert held.jobs == [] and 0 < held.closes_in <= 60
+    # Nothing is held claimed meanwhile.
+    assert {status(conn, i)["status"] for i in ids} == {"pending"}
+    assert batch_due(conn, {"index-docs": (10, 60)}) == 0
+    backdate(sql, ids, 61)
+    assert batch_due(conn, {"index-docs": (10, 60)}) == 2
+    taken = claim_batch_of_type(conn, job_type="index-docs", batch_size=10, batch_window=60,
+                                lease_seconds=30)
+    assert [j.id for j in taken.jobs] == ids and taken.closes_in <= 0
+
+
+def test_a_full_batch_goes_at_once_and_the_rest_waits(conn):
+    ids = enqueue(conn, 5)
+    taken = claim_batch_of_type(conn, job_type="index-docs", batch_size=3, batch_window=60,
+                                lease_seconds=30)
+    assert [j.id for j in taken.jobs] == ids[:3]
+    rest = claim_batch_of_type(conn, job_type="index-docs", batch_size=3, batch_window=60,
+                               lease_seconds=30)
+    assert rest.jobs == [] and rest.closes_in > 0
+
+
+def test_a_job_due_later_starts_its_window_when_it_becomes_due(conn, sql):
+    [job_id] = enqueue(conn, 1)
+    # Enqueued long ago, due only now: its window begins now.
+    sql("UPDATE jobs SET created_at = now() - interval '1 hour' WHERE id = :id", id=job_id)
+    held = claim_batch_of_type(conn, job_type="index-docs", batch_size=10, batch_window=60,
+                               lease_seconds=30)
+    assert held.jobs == [] and held.closes_in > 50
+
+
+def test_a_drain_leaves_a_window_longer_than_its_time_for_the_next(conn, sql, database_url):
+    ids = enqueue(conn, 2)
+    calls: list[list[int]] = []
+    registry = batch_type(calls, batch_size=10, batch_window=120)
+    summary = run_drain(database_url, registry, seconds=10)
+    assert calls == [] and summary.claimed == 0 and summary.stopped.value == "empty"
+    assert {status(conn, i)["status"] for i in ids} == {"pending"}
+    assert {status(conn, i)["attempts"] for i in ids} == {0}
+    backdate(sql, ids, 121)
+    summary = run_drain(database_url, registry, seconds=10)
+    assert calls == [ids] and summary.done == 2
+
+
+def test_a_drain_waits_for_a_window_that_closes_in_its_time(conn, database_url):
+    ids = enqueue(conn, 2)
+    calls: list[list[int]] = []
+    summary = run_drain(database_url, batch_type(calls, batch_size=10, batch_window=0.5),
+                        seconds=20)
+    assert calls == [ids] and summary.done == 2
+
+
+def test_other_work_runs_while_a_batch_fills(conn, database_url):
+    ids = enqueue(conn, 2)
+    other = pgdrain.enqueue(conn, "other", {}).id
+    calls: list[list[int]] = []
+    registry = batch_type(calls, batch_size=10, batch_window=120)
+    ran = []
+    registry.register(pgdrain.Handler("other", lambda job: ran.append(job.id)))
+    run_drain(database_url, registry, seconds=10)
+    assert ran == [other] and calls == []
+    assert {status(conn, i)["status"] for i in ids} == {"pending"}
+
+
+# --- per-item controls ---
+
+
+def test_a_transactional_batch_commits_its_writes_with_its_items_done(conn, database_url):
+    conn.run("CREATE TABLE indexed (job_id bigint PRIMARY KEY)")
+    ids = enqueue(conn, 3)
+    registry = Registry()
+    calls = []
+
+    @pgdrain.job("index-docs", batch_size=10, transactional=True, registry=registry,
+                 timeout=5, backoff=lambda attempt, error: 0)
+    def index_docs(jobs, tx):
+        calls.append([job.id for job in jobs])
+        for job in jobs:
+            tx.run("INSERT INTO indexed VALUES (:id) ON CONFLICT DO NOTHING", id=job.id)
+        if len(calls) == 1:
+            assert [r[0] for r in tx.run("SELECT count(*) FROM indexed")] == [3]
+            raise RuntimeError("rolled back")
+        if len(calls) == 2:
+            return BatchResult(failures={jobs[2].id: "later"})
+        return None
+
+    summary = run_drain(database_url, registry)
+    # The first call rolled back, writes and all, and every item retried; the second
+    # committed its writes with two items' done, its third item retrying alone.
+    assert calls == [ids, ids, [ids[2]]]
+    assert [status(conn, i)["attempts"] for i in ids] == [2, 2, 3]
+    assert {status(conn, i)["status"] for i in ids} == {"done"}
+    assert sorted(r[0] for r in conn.run("SELECT job_id FROM indexed")) == ids
+    assert (summary.done, summary.retried) == (3, 4)
+
+
+def test_an_ordering_keys_later_job_waits_for_the_earlier_to_finish(conn, database_url):
+    k1, k2, k3 = enqueue(conn, 3, ordering_key="doc-7")
+    free = enqueue(conn, 2)
+    calls: list[list[int]] = []
+    run_drain(database_url, batch_type(calls, batch_size=10, timeout=5))
+    # One job of a key a batch, in enqueue order, each after the one before it finished.
+    assert calls == [[k1, *free], [k2], [k3]]
+
+
+def test_a_capped_queue_runs_no_more_items_than_its_cap(conn, database_url):
+    pgdrain.set_queue(conn, "search", max_running=2, new=True)
+    ids = enqueue(conn, 5, queue="search")
+    calls: list[list[int]] = []
+    summary = run_drain(database_url, batch_type(calls, batch_size=10, timeout=5))
+    assert max(len(c) for c in calls) <= 2 and sorted(flat(calls)) == ids
+    assert summary.done == 5
+
+
+def test_a_rate_counts_every_item_as_a_start(conn, database_url):
+    ids = enqueue(conn, 5)
+    calls: list[list[int]] = []
+    summary = run_drain(database_url, batch_type(calls, batch_size=10, rate="3/h", timeout=5),
+                        seconds=10)
+    assert flat(calls) == ids[:3] and summary.done == 3
+    assert [status(conn, i)["status"] for i in ids[3:]] == ["pending", "pending"]
+
+
+def test_a_cancelled_job_is_not_run_and_one_cancelled_while_running_ends_cancelled(
+        conn, database_url):
+    a, b, c = enqueue(conn, 3)
+    pgdrain.cancel(conn, [a])
+    calls: list[list[int]] = []
+    other = connect(database_url)
+
+    def answer(jobs):
+        pgdrain.cancel(other, [b])   # asked while the batch runs: reported, it ends cancelled
+        return BatchResult(failures={b: "cancelled"})
+
+    try:
+        run_drain(database_url, batch_type(calls, answer=answer, timeout=5))
+    finally:
+        other.close()
+    assert calls == [[b, c]]
+    assert [status(conn, i)["status"] for i in (a, b, c)] == ["cancelled", "cancelled", "done"]
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_batches_on_worker_threads_and_async_handlers(conn, database_url, concurrency):
+    ids = enqueue(conn, 7)
+    registry = Registry()
+    calls: list[list[int]] = []
+
+    @pgdrain.job("index-docs", batch_size=3, registry=registry, timeout=5)
+    async def index_docs(jobs):
+        calls.append([job.id for job in jobs])
+        return {job.id: job.payload["n"] * 10 for job in jobs}
+
+    summary = run_drain(database_url, registry, concurrency=concurrency)
+    assert sorted(flat(calls)) == ids and max(len(c) for c in calls) <= 3
+    assert [status(conn, i)["result"] for i in ids] == [n * 10 for n in range(7)]
+    assert summary.done == 7

@@ -56,18 +56,25 @@ class BatchClaims:
         self.order = deque(sorted(self.sizes))
         self.clock = clock
         self.next_look = dict.fromkeys(self.sizes, 0.0)
+        self.looked: set[str] = set()
+        """The types the last claim looked at."""
         self.closes_at: dict[str, float] = {}
         """The batch types whose window is open: when it closes (``clock()``)."""
 
     def claim(self, store: BatchStore, *, room: int, lease: float,
-              queues: Sequence[str] | None) -> list[Job]:
-        """The next batch type's batch that is ready, if any (one claim's worth)."""
+              queues: Sequence[str] | None, every: bool = False) -> list[Job]:
+        """The next batch type's batch that is ready, if any (one claim's worth). ``every``:
+        look at each type now, however recently it was looked at (the other claims found
+        nothing: before the drain waits or stops, no batch is left unseen), but those this
+        same claim looked at already (``every`` after a claim without it)."""
         now = self.clock()
+        seen, self.looked = (self.looked if every else set()), set()
         for _ in range(len(self.order)):
             job_type = self.order[0]
             self.order.rotate(-1)
-            if self.next_look[job_type] > now:
+            if job_type in seen or (self.next_look[job_type] > now and not every):
                 continue
+            self.looked.add(job_type)
             size, window = self.sizes[job_type]
             got = store.claim_batch(job_type=job_type, batch_size=max(1, min(size, room)),
                                     batch_window=window, lease_seconds=lease, queues=queues)

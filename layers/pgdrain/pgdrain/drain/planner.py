@@ -60,9 +60,11 @@ class Batched(Protocol):
     """What the planner asks of the batch types' claims (``drain.batches.BatchClaims``)."""
 
     def claim(self, store: Any, *, room: int, lease: float,
-              queues: Sequence[str] | None) -> list[Job]: ...
+              queues: Sequence[str] | None, every: bool = False) -> list[Job]: ...
 
     def window_in(self) -> float | None: ...
+
+    looked: set[str]
 
 
 class Pace:
@@ -186,21 +188,24 @@ class ClaimPlanner:
         self.rate_free_in = None
         batch_first = False
         if self.batches is not None:
+            self.batches.looked = set()
             self.batch_turn = batch_first = not self.batch_turn
             if batch_first and (jobs := self._batch(store, size if room is None else room)):
                 return jobs
         jobs = self._controlled(store, size) if self._wants_controlled(store) else []
         if len(jobs) < size:
             jobs += self._plain(store, size - len(jobs))
-        if not jobs and self.batches is not None and not batch_first:
-            jobs = self._batch(store, size if room is None else room)
+        if not jobs and self.batches is not None:
+            # Nothing else to do: every batch type is looked at now.
+            jobs = self._batch(store, size if room is None else room, every=True)
         if jobs:
             self.rate_free_in = None
         return jobs
 
-    def _batch(self, store: Claims, room: int) -> list[Job]:
+    def _batch(self, store: Claims, room: int, *, every: bool = False) -> list[Job]:
         assert self.batches is not None
-        return self.batches.claim(store, room=room, lease=self.lease, queues=self.queues)
+        return self.batches.claim(store, room=room, lease=self.lease, queues=self.queues,
+                                  every=every)
 
     def wait_in(self) -> float | None:
         """After a claim that found nothing: the seconds until a rate limit frees or a batch's
