@@ -70,25 +70,18 @@ def item_outcomes(jobs: Sequence[Job], value: Any) -> list[ItemOutcome]:
         raise BatchReportError("BatchResult's results and failures are mappings by job id")
     ids = {job.id for job in jobs}
     for what, named in (("results", results), ("failures", failures)):
-        strangers = [k for k in named if _id(k) not in ids]
+        strangers = [k for k in named if isinstance(k, bool) or k not in ids]
         if strangers:
             shown = ", ".join(repr(k) for k in strangers[:5])
             raise BatchReportError(
                 f"the batch handler's {what} name {shown}, not a job id of this batch "
                 f"(its ids: {_ids(jobs)})")
-    results = {_id(k): v for k, v in results.items()}
-    failures = {_id(k): v for k, v in failures.items()}
     both = sorted(set(results) & set(failures))
     if both:
         raise BatchReportError(f"the batch handler reported jobs {both[:5]} both done (a "
                                "result) and failed")
     return [ItemOutcome(job, error=_error(failures[job.id])) if job.id in failures
             else ItemOutcome(job, results.get(job.id)) for job in jobs]
-
-
-def _id(key: Any) -> Any:
-    """A report's key: a job id, or the job itself."""
-    return key.id if isinstance(key, Job) else key
 
 
 def _ids(jobs: Sequence[Job]) -> str:
