@@ -23,6 +23,10 @@ TENANT_LOOK_SECONDS = 1.0
 # claim, then at most this often while none is due (a walk of the claim's index: there is no
 # index by type), and claims through the controlled claim only while some are.
 RATED_LOOK_SECONDS = 1.0
+# A drain with batch types whose other claims came back empty claims batches first, and
+# tries the other claims first again at most this often (a batch's claim that finds nothing
+# is always followed by them).
+PLAIN_LOOK_SECONDS = 0.25
 
 
 class Controlled(Protocol):
@@ -170,6 +174,9 @@ class ClaimPlanner:
         """The batch types' claims (drain.batches; None: no batch handler): they take turns
         with the other claims, one batch a claim."""
         self.batch_turn = False
+        self.plain_found = True
+        """The last plain claim took jobs (with batch types: see _batch_first)."""
+        self.plain_look = Every(PLAIN_LOOK_SECONDS)
         self.start_by: dict[int, float] = {}
         """Jobs claimed under a rate limit: the ``time.monotonic()`` by which each must start,
         or be handed back unstarted (flow.start_slack: the starts keep the rate)."""
@@ -189,7 +196,7 @@ class ClaimPlanner:
         batch_first = False
         if self.batches is not None:
             self.batches.looked = set()
-            self.batch_turn = batch_first = not self.batch_turn
+            batch_first = self._batch_first()
             if batch_first and (jobs := self._batch(store, size if room is None else room)):
                 return jobs
         jobs = self._controlled(store, size) if self._wants_controlled(store) else []
@@ -201,6 +208,15 @@ class ClaimPlanner:
         if jobs:
             self.rate_free_in = None
         return jobs
+
+    def _batch_first(self) -> bool:
+        """Whether a batch's claim comes first: every other claim while the other claims
+        find work; else every claim but one every PLAIN_LOOK_SECONDS (a drain of batches
+        alone would pay an empty claim for each)."""
+        if self.plain_found:
+            self.batch_turn = not self.batch_turn
+            return self.batch_turn
+        return not self.plain_look.due()
 
     def _batch(self, store: Claims, room: int, *, every: bool = False) -> list[Job]:
         assert self.batches is not None
@@ -241,6 +257,7 @@ class ClaimPlanner:
             self.fair = True
             jobs += store.claim(batch_size=size - len(jobs), lease_seconds=self.lease,
                                 queues=self.queues, fair=True, by_queue=self.by_queue)
+        self.plain_found = bool(jobs)
         return jobs
 
     def _tenants_came(self, store: Claims) -> bool:
