@@ -325,3 +325,40 @@ def test_batches_on_worker_threads_and_async_handlers(conn, database_url, concur
     assert sorted(flat(calls)) == ids and max(len(c) for c in calls) <= 3
     assert [status(conn, i)["result"] for i in ids] == [n * 10 for n in range(7)]
     assert summary.done == 7
+
+
+def test_every_item_gets_its_parents_results(conn, database_url):
+    registry = Registry()
+    seen = {}
+
+    @pgdrain.job("parent", registry=registry, timeout=5)
+    def parent(job):
+        return job.payload["n"]
+
+    @pgdrain.job("index-docs", batch_size=10, registry=registry, timeout=5)
+    def index_docs(jobs):
+        seen.update({job.id: job.parent_results for job in jobs})
+
+    parents = [pgdrain.enqueue(conn, "parent", {"n": n}).id for n in (1, 2)]
+    children = [pgdrain.enqueue(conn, "index-docs", {}, depends_on=[p]).id for p in parents]
+    run_drain(database_url, registry)
+    assert seen == {children[0]: {parents[0]: 1}, children[1]: {parents[1]: 2}}
+
+
+def test_the_due_count_counts_a_ready_batch_not_one_filling(conn, sql, database_url):
+    from pgdrain.drain import PostgresStore
+    from tests.support.drains import connector_to
+
+    ids = enqueue(conn, 2)
+    connector = connector_to(database_url)
+    try:
+        connector.open(time.monotonic() + 30)
+        store = PostgresStore(connector)
+        assert store.due(limit=10, queues=None) == 2   # a store that knows no batch type
+        store.use_batches({"index-docs": (10, 60.0)})
+        assert store.due(limit=10, queues=None) == 0   # filling: no drain is started for it
+        backdate(sql, ids, 61)
+        assert store.due(limit=10, queues=None) == 2
+        assert store.due(limit=1, queues=None) == 1
+    finally:
+        connector.discard()

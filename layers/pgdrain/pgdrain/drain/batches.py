@@ -200,6 +200,8 @@ def start_batch(s: DrainState, jobs: Sequence[Job], handler: Handler,
         if session is not None:
             s.store.give_back(session, broken=False)
         return None
+    for item in parsed[1:]:  # the lead's is the loop's: each item's parents and signal
+        s.checkpoints.begin(item, handler, inline=False)
     s.batches[parsed[0].id] = handler, parsed
     transaction = None if session is None else BatchTransaction(session, parsed, s.done)
     return parsed[0], calling(handler, parsed), transaction
