@@ -3,7 +3,7 @@ handler) against a batch handler at 1, 10 and 100 jobs a call, and at 100 return
 for each item; the same run, rounds interleaved (each round runs every configuration once, in
 a rotated order), medians.
 
-    .venv/bin/python bench/batches.py [--jobs 5000] [--rounds 3]
+    .venv/bin/python bench/batches.py [--jobs 5000] [--rounds 3] [--only "100 a call"]
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test .venv/bin/python bench/batches.py
 
 One drain (``pgdrain.drain.drain``, as the function calls it) in this process, on the
@@ -88,9 +88,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=1,
                         help="PGDRAIN_CONCURRENCY of the drain (1: every call on its thread)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only the configurations whose label has this text (the "
+                             "first configuration, the ratios' base, always runs)")
     args = parser.parse_args()
     configs = registries()
-    labels = list(configs)
+    labels = [label for i, label in enumerate(configs)
+              if i == 0 or not args.only or any(o in label for o in args.only)]
     rates: dict[str, list[float]] = {label: [] for label in labels}
     with scratch_database("pgdrain_batches") as url:
         conn = connect(url)

@@ -362,3 +362,22 @@ def test_the_due_count_counts_a_ready_batch_not_one_filling(conn, sql, database_
         assert store.due(limit=1, queues=None) == 1
     finally:
         connector.discard()
+
+
+def test_a_claim_takes_several_full_batches_but_no_partial_one_while_it_fills(conn, sql):
+    ids = enqueue(conn, 7)
+    taken = claim_batch_of_type(conn, job_type="index-docs", batch_size=3, batch_window=60,
+                                lease_seconds=30, take=100)
+    assert [j.id for j in taken.jobs] == ids[:6]
+    backdate(sql, ids[6:], 61)
+    rest = claim_batch_of_type(conn, job_type="index-docs", batch_size=3, batch_window=60,
+                               lease_seconds=30, take=100)
+    assert [j.id for j in rest.jobs] == ids[6:]
+
+
+def test_batches_of_one_are_claimed_many_at_a_time(conn, database_url):
+    ids = enqueue(conn, 6)
+    calls: list[list[int]] = []
+    summary = run_drain(database_url, batch_type(calls, batch_size=1, timeout=5),
+                        concurrency=1)
+    assert calls == [[i] for i in ids] and summary.done == 6

@@ -60,7 +60,7 @@ STATEMENTS: dict[str, dict[str, str]] = {
                         "limited_types": "'{rated}'"},
     "job_claim_batch_by_queue": {"batch_size": BATCH, "lease_seconds": LEASE, "queues": "NULL",
                                  "limited_types": "'{rated}'"},
-    "job_claim_batch_of_type": {"job_type": "'export'", "batch_size": BATCH,
+    "job_claim_batch_of_type": {"job_type": "'export'", "batch_size": "10", "take": BATCH,
                                 "batch_window": "5", "lease_seconds": LEASE, "queues": "NULL"},
     "job_claim_candidates": {"batch_size": BATCH, "room_queues": "'{capped,limited}'",
                              "queue_rooms": "'{10,50}'", "room_types": "'{rated}'",

@@ -149,7 +149,7 @@ class FakeStore:
         self.answers = answers
         self.asked: list[tuple[str, int]] = []
 
-    def claim_batch(self, *, job_type, batch_size, batch_window, lease_seconds, queues):
+    def claim_batch(self, *, job_type, batch_size, take, batch_window, lease_seconds, queues):
         self.asked.append((job_type, batch_size))
         return self.answers.get(job_type, BatchClaim([]))
 

@@ -24,15 +24,16 @@ class BatchClaim:
 
 
 def claim_batch_of_type(conn: Any, *, job_type: str, batch_size: int, batch_window: float,
-                        lease_seconds: float, queues: Sequence[str] | None = None
-                        ) -> BatchClaim:
-    """Claim up to ``batch_size`` due jobs of ``job_type`` once the batch is full or its
-    oldest job has been due ``batch_window`` seconds (by the database's clock); else claim
-    nothing and say when the window closes. One statement, committed at once."""
+                        lease_seconds: float, queues: Sequence[str] | None = None,
+                        take: int | None = None) -> BatchClaim:
+    """Claim up to ``take`` (default ``batch_size``; never fewer) due jobs of ``job_type``
+    once a batch is full or its oldest job has been due ``batch_window`` seconds (by the
+    database's clock); else claim nothing and say when the window closes. One statement,
+    committed at once."""
     [[document, closes_in]] = as_session(conn).values(
         "job_claim_batch_of_type", job_type=job_type, batch_size=batch_size,
-        batch_window=float(batch_window), lease_seconds=lease_seconds,
-        queues=list(queues) if queues else None)
+        take=max(batch_size, take or 0), batch_window=float(batch_window),
+        lease_seconds=lease_seconds, queues=list(queues) if queues else None)
     return BatchClaim(claimed_jobs_from_document(document),
                       None if closes_in is None else float(closes_in))
 

@@ -43,7 +43,7 @@ BATCH_BUSY_SECONDS = 0.05
 
 
 class BatchStore(Protocol):
-    def claim_batch(self, *, job_type: str, batch_size: int, batch_window: float,
+    def claim_batch(self, *, job_type: str, batch_size: int, take: int, batch_window: float,
                     lease_seconds: float, queues: Sequence[str] | None) -> BatchClaim: ...
 
 
@@ -62,8 +62,11 @@ class BatchClaims:
         """The batch types whose window is open: when it closes (``clock()``)."""
 
     def claim(self, store: BatchStore, *, room: int, lease: float,
-              queues: Sequence[str] | None, every: bool = False) -> list[Job]:
-        """The next batch type's batch that is ready, if any (one claim's worth). ``every``:
+              queues: Sequence[str] | None, every: bool = False, size: int = 1
+              ) -> list[Job]:
+        """The next batch type's batches that are ready, if any: one batch, or as many jobs
+        as the loop's claim ``size`` if more (batches of 1 or 10 would otherwise cost a claim
+        each), within ``room``. ``every``:
         look at each type now, however recently it was looked at (the other claims found
         nothing: before the drain waits or stops, no batch is left unseen), but those this
         same claim looked at already (``every`` after a claim without it)."""
@@ -75,9 +78,11 @@ class BatchClaims:
             if job_type in seen or (self.next_look[job_type] > now and not every):
                 continue
             self.looked.add(job_type)
-            size, window = self.sizes[job_type]
-            got = store.claim_batch(job_type=job_type, batch_size=max(1, min(size, room)),
-                                    batch_window=window, lease_seconds=lease, queues=queues)
+            batch_size, window = self.sizes[job_type]
+            batch_size = max(1, min(batch_size, room))
+            got = store.claim_batch(job_type=job_type, batch_size=batch_size,
+                                    take=max(batch_size, min(size, room)), batch_window=window,
+                                    lease_seconds=lease, queues=queues)
             self.closes_at.pop(job_type, None)
             self.next_look[job_type] = now + look_after(got.closes_in, bool(got.jobs))
             if got.jobs:

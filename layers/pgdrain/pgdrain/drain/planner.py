@@ -64,7 +64,8 @@ class Batched(Protocol):
     """What the planner asks of the batch types' claims (``drain.batches.BatchClaims``)."""
 
     def claim(self, store: Any, *, room: int, lease: float,
-              queues: Sequence[str] | None, every: bool = False) -> list[Job]: ...
+              queues: Sequence[str] | None, every: bool = False, size: int = 1
+              ) -> list[Job]: ...
 
     def window_in(self) -> float | None: ...
 
@@ -197,14 +198,14 @@ class ClaimPlanner:
         if self.batches is not None:
             self.batches.looked = set()
             batch_first = self._batch_first()
-            if batch_first and (jobs := self._batch(store, size if room is None else room)):
+            if batch_first and (jobs := self._batch(store, size, room)):
                 return jobs
         jobs = self._controlled(store, size) if self._wants_controlled(store) else []
         if len(jobs) < size:
             jobs += self._plain(store, size - len(jobs))
         if not jobs and self.batches is not None:
             # Nothing else to do: every batch type is looked at now.
-            jobs = self._batch(store, size if room is None else room, every=True)
+            jobs = self._batch(store, size, room, every=True)
         if jobs:
             self.rate_free_in = None
         return jobs
@@ -218,10 +219,11 @@ class ClaimPlanner:
             return self.batch_turn
         return not self.plain_look.due()
 
-    def _batch(self, store: Claims, room: int, *, every: bool = False) -> list[Job]:
+    def _batch(self, store: Claims, size: int, room: int | None, *, every: bool = False
+               ) -> list[Job]:
         assert self.batches is not None
-        return self.batches.claim(store, room=room, lease=self.lease, queues=self.queues,
-                                  every=every)
+        return self.batches.claim(store, room=size if room is None else room,
+                                  lease=self.lease, queues=self.queues, every=every, size=size)
 
     def wait_in(self) -> float | None:
         """After a claim that found nothing: the seconds until a rate limit frees or a batch's

@@ -151,13 +151,13 @@ class PostgresStore:
         self.batch_sizes = {t: v for t, v in sizes.items() if t not in self.type_rates}
         self.left_out = sorted(set(self.limited_types) | set(self.batch_sizes))
 
-    def claim_batch(self, *, job_type: str, batch_size: int, batch_window: float,
+    def claim_batch(self, *, job_type: str, batch_size: int, take: int, batch_window: float,
                     lease_seconds: float, queues: Sequence[str] | None) -> BatchClaim:
         from ..batch_store import claim_batch_of_type
 
         return claim_batch_of_type(self._claiming(), job_type=job_type, batch_size=batch_size,
-                                   batch_window=batch_window, lease_seconds=lease_seconds,
-                                   queues=queues)
+                                   take=take, batch_window=batch_window,
+                                   lease_seconds=lease_seconds, queues=queues)
 
     def tenanted(self) -> bool:
         return pgstore.tenanted(self.session())

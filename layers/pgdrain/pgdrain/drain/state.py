@@ -83,6 +83,8 @@ class DrainState:
 
                 for item in item_ends(ended, *batch):
                     self._settle(item)
+                # The pace counts jobs: the loop counts the call as one, and the rest here.
+                self.pace.finished += len(batch[1]) - 1
                 return
         self._settle(ended)
 

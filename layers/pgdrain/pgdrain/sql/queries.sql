@@ -41,7 +41,7 @@ ORDER BY jobs.priority, jobs.run_at, jobs.id
 LIMIT 1000
 
 -- fragment: job_batch_head(b)
--- A batch type's claimable jobs (b.job_type), the first b.batch_size in claim order, with
+-- A batch type's claimable jobs (b.job_type), the first b.take in claim order, with
 -- when each became due (the later of its run_at and its enqueue: a job enqueued with a past
 -- run_at is due from its enqueue): one range of jobs_pending_type_idx. Due (job_due), of a
 -- queue neither paused, capped nor rate-limited (job_queue_plain: the controlled claim takes
@@ -56,7 +56,7 @@ WHERE jobs.job_type = b.job_type
   AND {{job_queue_plain(jobs)}}
   AND {{job_ordering_head(jobs)}}
 ORDER BY jobs.priority, jobs.run_at, jobs.id
-LIMIT b.batch_size
+LIMIT b.take
 
 -- fragment: job_claim_document
 -- What the plain claims (job_claim_batch, job_claim_batch_by_queue) return: the jobs the
@@ -770,15 +770,15 @@ SELECT (SELECT count(*) FROM pgdrain_queues WHERE paused_at IS NOT NULL)::int AS
 
 -- name: job_batch_due
 -- How many due jobs of the batch types (:job_types, each with its :batch_sizes and
--- :batch_windows, as job_claim_batch_of_type) a claim would take now: a type's head
+-- :batch_windows, as job_claim_batch_of_type) a claim would take now: a type's first batch
 -- (job_batch_head) counts once it is full or its oldest job's window has closed. The due
 -- count's part for batch types, which the plain count leaves out (:limited_types); read
 -- without a lock, at most a batch a type.
 SELECT coalesce(sum(w.n) FILTER (
-           WHERE w.n >= b.batch_size
+           WHERE w.n >= b.take
               OR w.oldest <= now() - make_interval(secs => b.batch_window)), 0)::int AS due
 FROM unnest(:job_types::text[], :batch_sizes::int[], :batch_windows::float8[])
-     AS b(job_type, batch_size, batch_window)
+     AS b(job_type, take, batch_window)
 CROSS JOIN LATERAL (
     SELECT count(*) AS n, min(h.due_since) AS oldest
     FROM ({{job_batch_head(b)}}) AS h
@@ -911,16 +911,17 @@ WITH RECURSIVE
 {{job_claim_document}}
 
 -- name: job_claim_batch_of_type
--- Claim a batch handler's batch (pgdrain.batches): up to :batch_size claimable jobs of
--- :job_type (job_batch_head), but only once the batch is full or the oldest of them has been
--- due :batch_window seconds, by the database's clock; else nothing is locked or claimed, so
+-- Claim a batch handler's batches (pgdrain.batches): up to :take claimable jobs of :job_type
+-- (job_batch_head; :take >= :batch_size: the drain makes calls of :batch_size of them): as
+-- many full batches as there are, or every one once the oldest has been due :batch_window
+-- seconds, by the database's clock; else nothing is locked or claimed, so
 -- a batch that waits to fill holds no claim open. Returns one row: the claimed jobs as
 -- job_claim_document's JSON (NULL: none), and closes_in, the seconds until the oldest due
 -- job's window closes (<= 0: closed; NULL: none is due), which the drain waits for when it
 -- has nothing else to do and the time.
 WITH head AS MATERIALIZED (
     SELECT h.id, h.due_since
-    FROM (VALUES (:job_type::text, :batch_size::int)) AS b(job_type, batch_size)
+    FROM (VALUES (:job_type::text, :take::int)) AS b(job_type, take)
     CROSS JOIN LATERAL ({{job_batch_head(b)}}) AS h
 ), fill AS (
     SELECT count(*) AS n, min(due_since) AS oldest FROM head
@@ -929,10 +930,12 @@ WITH head AS MATERIALIZED (
     FROM jobs
     WHERE jobs.id = ANY (ARRAY(SELECT id FROM head))
       AND {{job_due(jobs)}}
-      AND (SELECT f.n >= :batch_size::int
-                  OR f.oldest <= now() - make_interval(secs => :batch_window::float8)
-           FROM fill AS f)
     ORDER BY jobs.priority, jobs.run_at, jobs.id
+    -- Every job once the window has closed; else only full batches (none while filling).
+    LIMIT (SELECT CASE WHEN f.oldest <= now() - make_interval(secs => :batch_window::float8)
+                       THEN :take::int
+                       ELSE f.n / :batch_size::int * :batch_size::int END
+           FROM fill AS f)
     FOR UPDATE SKIP LOCKED
 ), {{job_claim_due}}
 SELECT ({{job_claim_document}}) AS jobs,
