@@ -381,3 +381,18 @@ def test_batches_of_one_are_claimed_many_at_a_time(conn, database_url):
     summary = run_drain(database_url, batch_type(calls, batch_size=1, timeout=5),
                         concurrency=1)
     assert calls == [[i] for i in ids] and summary.done == 6
+
+
+def test_a_batch_whose_drain_died_comes_back_one_job_a_call(conn, database_url):
+    """Its items were claimed together and never known to start: each is refunded, and runs
+    in a batch of its own (one of them may be what killed the drain)."""
+    ids = enqueue(conn, 3)
+    taken = claim_batch_of_type(conn, job_type="index-docs", batch_size=10, batch_window=0,
+                                lease_seconds=0.2)
+    assert len(taken.jobs) == 3
+    time.sleep(0.3)                                          # the drain died; leases ran out
+    assert pgdrain.run_janitor(conn, pgdrain.Settings()).reclaimed == 3
+    calls: list[list[int]] = []
+    summary = run_drain(database_url, batch_type(calls, batch_size=10, timeout=5))
+    assert sorted(calls) == [[i] for i in ids] and summary.done == 3
+    assert [status(conn, i)["attempts"] for i in ids] == [1, 1, 1]
