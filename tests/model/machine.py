@@ -129,7 +129,8 @@ _PAYLOADS = itertools.count(1)
 """A drain step's cancel: mostly none, else which known job (cyclically) to cancel."""
 
 job_specs = st.fixed_dictionaries({
-    "job_type": st.sampled_from(["work", "work", "work-tx", "work-rated", "work-resumable"]),
+    "job_type": st.sampled_from(["work", "work", "work-tx", "work-rated", "work-resumable",
+                                 "work-batch"]),
     "do": st.sampled_from(["ok", "ok", "ok", "fail", "snooze", "discard", "timeout", "steps",
                            "wait"]),
     "signal": st.sampled_from(SIGNALS),

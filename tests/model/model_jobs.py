@@ -9,7 +9,9 @@ checkpoint and continues (``pgdrain.Continue``) until its third run, which retur
 (``work-resumable`` is the resumable type; on any other type the checkpoint is refused, a
 failure). ``work-tx`` runs in the drain's transaction and writes a row of
 ``model_tx_writes`` first (committed with its ``done``, rolled back otherwise); ``work-rated``
-carries a type rate (``TYPE_RATE``).
+carries a type rate (``TYPE_RATE``). ``work-batch`` is a batch handler (``BATCH_SIZE`` a
+call): each item behaves as its payload says and is reported failed alone with what it
+raised; a ``timeout`` item holds the whole call past its limit, which fails every item.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pgdrain
 from pgdrain.registry import Registry
 
 TYPE_RATE = "4/s"
+BATCH_SIZE = 3
 HANDLER_TIMEOUT = 0.3
 """Every type's time limit; a ``timeout`` handler runs past it until stopped."""
 TIMEOUT_BOUND = 3.0
@@ -140,3 +143,32 @@ def work_rated(job: pgdrain.Job) -> None:
 @pgdrain.job("work-resumable", timeout=HANDLER_TIMEOUT, resumable=True, registry=REGISTRY)
 def work_resumable(job: pgdrain.Job) -> None:
     _recorded(job)
+
+
+@pgdrain.job("work-batch", timeout=HANDLER_TIMEOUT, batch_size=BATCH_SIZE, registry=REGISTRY)
+def work_batch(jobs: list[pgdrain.Job]) -> pgdrain.BatchResult:
+    executions = []
+    for job in jobs:
+        execution = RECORDER.start(job)
+        if job.signal is not None:
+            execution.signal = (job.signal.received, job.signal.payload)
+        executions.append(execution)
+    failures: dict[int, BaseException] = {}
+    try:
+        for job, execution in zip(jobs, executions, strict=True):
+            try:
+                _behave(job)
+            except Exception as exc:
+                failures[job.id] = exc
+                execution.outcome = type(exc).__name__
+            else:
+                execution.outcome = "returned"
+    except BaseException as exc:  # the call's time limit: every item's end
+        for execution in executions:
+            execution.outcome = type(exc).__name__
+        raise
+    finally:
+        ended = time.monotonic()
+        for execution in executions:
+            execution.ended = ended
+    return pgdrain.BatchResult(failures=failures)

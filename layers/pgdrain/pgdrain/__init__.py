@@ -12,6 +12,7 @@ The core (this package) needs pg8000 only. ``pgdrain.http`` holds the enqueue AP
 from __future__ import annotations
 
 from . import sql as _sql
+from .batches import BatchItemFailed, BatchResult
 from .control import pause, paused_queues, resume, set_queue
 from .enqueue import enqueue, enqueue_atomically, enqueue_many, new_job
 from .errors import (
@@ -93,6 +94,8 @@ __all__ = [
     "REGISTRY",
     "Backlog",
     "Backoff",
+    "BatchItemFailed",
+    "BatchResult",
     "CheckpointNotSaved",
     "ConfigError",
     "Continue",

@@ -53,6 +53,17 @@ class Handler:
     resumable: bool = False
     """Its jobs save state (``job.checkpoint``) and resume from it (``job.state``): a run
     that saved one and ran out of time continues, due again with no attempt spent."""
+    batch_size: int | None = None
+    """A batch handler: called with a list of up to this many jobs of its type at once
+    (pgdrain.batches); None: one job a call."""
+    batch_window: float = 0.0
+    """Seconds a batch type's due jobs wait to fill a batch before a partial one is claimed."""
+
+
+MAX_BATCH_SIZE = 10_000
+"""The largest batch_size (SQS's own cap for a Lambda's batch)."""
+MAX_BATCH_WINDOW = 300.0
+"""The longest batch_window in seconds (SQS's MaximumBatchingWindowInSeconds')."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +135,10 @@ class Registry:
         """The job types with a rate limit, and their rates."""
         return {h.job_type: h.rate for h in self._handlers.values() if h.rate is not None}
 
+    def batch_types(self) -> dict[str, Handler]:
+        """The batch handlers (``batch_size=``), by job type."""
+        return {h.job_type: h for h in self._handlers.values() if h.batch_size is not None}
+
     def hooked_types(self) -> list[str]:
         """The job types with an on_failed hook."""
         return sorted(h.job_type for h in self._handlers.values() if h.on_failed is not None)
@@ -166,6 +181,8 @@ def job(
     on_failed: Callable[[dict[str, Any], str | None], Any] | None = None,
     rate: str | None = None,
     resumable: bool = False,
+    batch_size: int | None = None,
+    batch_window: float | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the handler of ``job_type``.
@@ -210,6 +227,13 @@ def job(
     puts the job straight back without spending an attempt; a killed run resumes from the
     last checkpoint once its lease expires. Give it a ``timeout`` for the whole job: each
     invocation runs it for the time it has.
+
+    ``batch_size=N`` makes it a batch handler (pgdrain.batches): it is called with a list of
+    up to N jobs of its type (``func(jobs)``, or ``func(jobs, conn)`` when transactional) and
+    returns None (all done), a mapping ``{job.id: result}``, or a ``pgdrain.BatchResult``
+    naming the items that failed, which retry alone. Raising fails every item, each with its
+    own attempts. ``timeout`` is the whole call's. ``batch_window=S`` (seconds, at most 300)
+    lets fewer than N due jobs wait up to S seconds, unclaimed, for the batch to fill.
     """
     if not isinstance(job_type, str) or not job_type.strip():
         raise ConfigError("job_type must be a non-empty string")
@@ -226,6 +250,7 @@ def job(
                                     not isinstance(concurrency, int) or concurrency < 1):
         raise ConfigError(f"{job_type}: concurrency must be a positive integer")
 
+    size, window = _batching(job_type, batch_size, batch_window, resumable)
     if payload is not None:
         from .payload import check_model  # only job types that declare a model pay for it
 
@@ -257,7 +282,7 @@ def job(
                               "which a transactional job's one transaction would undo")
         target.register(Handler(job_type, func, max_attempts, timeout, transactional, payload,
                                 policy, concurrency, is_async, on_failed, limit,
-                                bool(resumable)))
+                                bool(resumable), size, window))
         if entry is not None:
             target.add_schedule(entry)
         return func
@@ -290,6 +315,27 @@ def schedule_entry(name: Any, cron: str, tz: str | None, job_type: str,
     if payload is not None and not isinstance(payload, dict):
         raise ConfigError(f"{name}: a schedule's payload is a dict (a JSON object)")
     return Schedule(name, parsed, job_type, dict(payload or {}), dict(options))
+
+
+def _batching(job_type: str, size: Any, window: Any, resumable: bool) -> tuple[int | None, float]:
+    """``batch_size`` and ``batch_window`` checked, or ConfigError saying what is wrong."""
+    if size is None:
+        if window is not None:
+            raise ConfigError(f"{job_type}: batch_window= is how long a batch waits to fill; "
+                              "give batch_size= too")
+        return None, 0.0
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BATCH_SIZE:
+        raise ConfigError(f"{job_type}: batch_size must be an integer from 1 to "
+                          f"{MAX_BATCH_SIZE:,}, not {size!r}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int | float)
+                               or not math.isfinite(window)
+                               or not 0 <= window <= MAX_BATCH_WINDOW):
+        raise ConfigError(f"{job_type}: batch_window must be a number of seconds from 0 to "
+                          f"{MAX_BATCH_WINDOW:g}, not {window!r}")
+    if resumable:
+        raise ConfigError(f"{job_type}: a batch handler cannot be resumable (a checkpoint is "
+                          "one job's)")
+    return size, float(window or 0.0)
 
 
 def _policy(job_type: str, backoff: Any, retry_on: Any) -> TypePolicy:

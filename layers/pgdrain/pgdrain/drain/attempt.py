@@ -43,9 +43,7 @@ class Transaction:
         try:
             # A second past the handler's own limit, so that the limit normally speaks first.
             session.rows("transaction_bounds", milliseconds=math.ceil((timeout + 1) * 1000))
-            value = call(session.conn)
-            if pgstore.finish_many(session, [self.done(self.job, value)]).stale:
-                raise StaleClaim
+            committed = self.write(call(session.conn))
             # A deferred constraint or a serialization failure surfaces here: the job's error.
             session.rows("transaction_commit")
         except HandlerTimeout:
@@ -57,6 +55,13 @@ class Transaction:
             except BaseException:
                 self.broken = True
             raise
+        return committed
+
+    def write(self, value: Any) -> object:
+        """The job's done write inside the transaction (a batch's: drain.batches); what
+        ``run`` returns once it commits."""
+        if pgstore.finish_many(self.session, [self.done(self.job, value)]).stale:
+            raise StaleClaim
         return COMMITTED
 
 

@@ -107,7 +107,7 @@ class Loop:
         s.completer.flush()
         size = claim_size(s.pace, room=room, free=max(free, 0),
                           batch_size=s.settings.batch_size, left=s.left())
-        jobs = self.planner.claim(s.store, size)
+        jobs = self.planner.claim(s.store, size, room=room)
         if not jobs:
             return self._claimed_nothing()
         s.summary.claimed += len(jobs)
@@ -121,7 +121,7 @@ class Loop:
             self.claimed_nothing = True
             return False
         free_in = self.planner.rate_free_in
-        wait = rate_wait(free_in, left=self.s.left(),
+        wait = rate_wait(self.planner.wait_in(), left=self.s.left(),
                          least_to_start=self.s.budget.least_to_start(self.s.started))
         if wait is not None:
             time.sleep(wait)
@@ -206,25 +206,42 @@ class Loop:
             return True
         if admission.cut_short and not handler.resumable:  # a resumable job expects it
             s.warn_cut_short(job, handler, left)
-        self._attempt(job, handler, admission.timeout, session, time.monotonic() + left)
+        batch = None
+        if handler.batch_size is not None:  # it leads a batch of its type's ready jobs
+            from .batches import take_group
+
+            batch = take_group(self.ready, job, handler)
+        self._attempt(job, handler, admission.timeout, session, time.monotonic() + left,
+                      batch)
         return True
 
     def _attempt(self, job: Job, handler: Handler, timeout: float, session: Session | None,
-                 must_end: float) -> None:
+                 must_end: float, batch: list[Job] | None = None) -> None:
         s = self.s
         started = time.monotonic()
         s.started += 1
         s.pace.start()
-        try:
-            job = with_parsed_payload(job, handler)
-        except Discard as exc:
-            if session is not None:
-                s.store.give_back(session, broken=False)
-            s.settle(Ended(job, handler, started, time.monotonic() - started, error=exc))
-            s.pace.finish()
-            return
-        transaction = None if session is None else Transaction(session, job, s.done)
-        handler = applied(s.registry, handler)
+        transaction: Transaction | None
+        if batch is not None:
+            from .batches import start_batch
+
+            # Middleware goes around the handler's one call: its `job` is the batch's list.
+            ready = start_batch(s, batch, applied(s.registry, handler), session, started)
+            if ready is None:
+                s.pace.finish()
+                return
+            job, handler, transaction = ready
+        else:
+            try:
+                job = with_parsed_payload(job, handler)
+            except Discard as exc:
+                if session is not None:
+                    s.store.give_back(session, broken=False)
+                s.settle(Ended(job, handler, started, time.monotonic() - started, error=exc))
+                s.pace.finish()
+                return
+            transaction = None if session is None else Transaction(session, job, s.done)
+            handler = applied(s.registry, handler)
         if job.trace_context is not None:  # its enqueuer was traced: run it in that trace
             from ..job_spans import around
 

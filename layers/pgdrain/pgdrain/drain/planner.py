@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..models import Job
 
@@ -23,6 +23,10 @@ TENANT_LOOK_SECONDS = 1.0
 # claim, then at most this often while none is due (a walk of the claim's index: there is no
 # index by type), and claims through the controlled claim only while some are.
 RATED_LOOK_SECONDS = 1.0
+# A drain with batch types whose other claims came back empty claims batches first, and
+# tries the other claims first again at most this often (a batch's claim that finds nothing
+# is always followed by them).
+PLAIN_LOOK_SECONDS = 0.25
 
 
 class Controlled(Protocol):
@@ -54,6 +58,18 @@ class Claims(Protocol):
     def tenanted(self) -> bool: ...
 
     def rated_due(self, queues: Sequence[str] | None) -> bool: ...
+
+
+class Batched(Protocol):
+    """What the planner asks of the batch types' claims (``drain.batches.BatchClaims``)."""
+
+    def claim(self, store: Any, *, room: int, lease: float,
+              queues: Sequence[str] | None, every: bool = False, size: int = 1
+              ) -> list[Job]: ...
+
+    def window_in(self) -> float | None: ...
+
+    looked: set[str]
 
 
 class Pace:
@@ -128,7 +144,8 @@ class ClaimPlanner:
     """The state the next claim depends on, from the janitor's look at the start on."""
 
     def __init__(self, *, alone_due: bool, controlled: bool, fair: bool, rated: bool,
-                 lease: float, queues: Sequence[str] | None, by_queue: bool = False):
+                 lease: float, queues: Sequence[str] | None, by_queue: bool = False,
+                 batches: Batched | None = None):
         self.alone_due = alone_due
         """Jobs whose claim was lost are due (the janitor said so): claim them one by one."""
         self.controlled = controlled
@@ -154,26 +171,66 @@ class ClaimPlanner:
         self.rate_free_in: float | None = None
         """After a claim that found nothing: the seconds until a rate limit that held due
         work back lets one more start (None: no rate held anything back)."""
+        self.batches = batches
+        """The batch types' claims (drain.batches; None: no batch handler): they take turns
+        with the other claims, one batch a claim."""
+        self.batch_turn = False
+        self.plain_found = True
+        """The last plain claim took jobs (with batch types: see _batch_first)."""
+        self.plain_look = Every(PLAIN_LOOK_SECONDS)
         self.start_by: dict[int, float] = {}
         """Jobs claimed under a rate limit: the ``time.monotonic()`` by which each must start,
         or be handed back unstarted (flow.start_slack: the starts keep the rate)."""
 
-    def claim(self, store: Claims, size: int) -> list[Job]:
+    def claim(self, store: Claims, size: int, *, room: int | None = None) -> list[Job]:
         """The next claim: a job whose claim was lost before, alone, while there are any;
         then up to ``size`` jobs, the controlled claim's first (else a steady flow of others'
-        jobs would leave them waiting)."""
+        jobs would leave them waiting). With batch types, every other claim is a batch's
+        first (within ``room``, the jobs the drain may still claim), and either kind is
+        tried when the other finds nothing."""
         if self.alone_due:
             job = store.claim_alone(lease_seconds=self.lease, queues=self.queues)
             if job is not None:
                 return [job]
             self.alone_due = False
         self.rate_free_in = None
+        batch_first = False
+        if self.batches is not None:
+            self.batches.looked = set()
+            batch_first = self._batch_first()
+            if batch_first and (jobs := self._batch(store, size, room)):
+                return jobs
         jobs = self._controlled(store, size) if self._wants_controlled(store) else []
         if len(jobs) < size:
             jobs += self._plain(store, size - len(jobs))
+        if not jobs and self.batches is not None:
+            # Nothing else to do: every batch type is looked at now.
+            jobs = self._batch(store, size, room, every=True)
         if jobs:
             self.rate_free_in = None
         return jobs
+
+    def _batch_first(self) -> bool:
+        """Whether a batch's claim comes first: every other claim while the other claims
+        find work; else every claim but one every PLAIN_LOOK_SECONDS (a drain of batches
+        alone would pay an empty claim for each)."""
+        if self.plain_found:
+            self.batch_turn = not self.batch_turn
+            return self.batch_turn
+        return not self.plain_look.due()
+
+    def _batch(self, store: Claims, size: int, room: int | None, *, every: bool = False
+               ) -> list[Job]:
+        assert self.batches is not None
+        return self.batches.claim(store, room=size if room is None else room,
+                                  lease=self.lease, queues=self.queues, every=every, size=size)
+
+    def wait_in(self) -> float | None:
+        """After a claim that found nothing: the seconds until a rate limit frees or a batch's
+        window closes, whichever is first (None: neither holds due work back)."""
+        window = None if self.batches is None else self.batches.window_in()
+        waits = [w for w in (self.rate_free_in, window) if w is not None]
+        return min(waits) if waits else None
 
     def _wants_controlled(self, store: Claims) -> bool:
         """Whether to claim capped or rate-limited work: while some queue has a limit, or
@@ -202,6 +259,7 @@ class ClaimPlanner:
             self.fair = True
             jobs += store.claim(batch_size=size - len(jobs), lease_seconds=self.lease,
                                 queues=self.queues, fair=True, by_queue=self.by_queue)
+        self.plain_found = bool(jobs)
         return jobs
 
     def _tenants_came(self, store: Claims) -> bool:

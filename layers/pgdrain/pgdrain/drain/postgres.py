@@ -22,6 +22,7 @@ from ..settings import Settings
 from ..store import ControlledClaim
 
 if TYPE_CHECKING:
+    from ..batch_store import BatchClaim
     from ..flow import Rate
 
 
@@ -49,6 +50,10 @@ class PostgresStore:
         self.type_rates = dict(type_rates or {})
         """Job types with a rate limit: claim_controlled takes them, the plain claim not."""
         self.limited_types = sorted(self.type_rates)
+        self.left_out = self.limited_types
+        """The types the plain claims and counts leave out: the rated (claim_controlled
+        takes them) and the batch types (claim_batch; ``use_batches``)."""
+        self.batch_sizes: dict[str, tuple[int, float]] = {}
         self.rates_declared = False
         self.slot_generation: int | None = None
         """The connection (``Connector.generation``) that holds this drain's slot."""
@@ -106,7 +111,7 @@ class PostgresStore:
               by_queue: bool = False) -> list[Job]:
         return pgstore.claim(self._claiming(), batch_size=batch_size,
                              lease_seconds=lease_seconds, queues=queues,
-                             limited_types=self.limited_types, fair=fair, by_queue=by_queue)
+                             limited_types=self.left_out, fair=fair, by_queue=by_queue)
 
     def claim_controlled(self, *, batch_size: int, lease_seconds: float,
                          queues: Sequence[str] | None) -> ControlledClaim:
@@ -138,7 +143,21 @@ class PostgresStore:
 
     def claim_alone(self, *, lease_seconds: float, queues: Sequence[str] | None) -> Job | None:
         return pgstore.claim_alone(self._claiming(), lease_seconds=lease_seconds, queues=queues,
-                                   limited_types=self.limited_types)
+                                   limited_types=self.left_out)
+
+    def use_batches(self, sizes: Mapping[str, tuple[int, float]]) -> None:
+        """Claim the batch types (each its batch_size and batch_window; not rated ones, which
+        the controlled claim takes per item) with ``claim_batch`` only."""
+        self.batch_sizes = {t: v for t, v in sizes.items() if t not in self.type_rates}
+        self.left_out = sorted(set(self.limited_types) | set(self.batch_sizes))
+
+    def claim_batch(self, *, job_type: str, batch_size: int, take: int, batch_window: float,
+                    lease_seconds: float, queues: Sequence[str] | None) -> BatchClaim:
+        from ..batch_store import claim_batch_of_type
+
+        return claim_batch_of_type(self._claiming(), job_type=job_type, batch_size=batch_size,
+                                   take=take, batch_window=batch_window,
+                                   lease_seconds=lease_seconds, queues=queues)
 
     def tenanted(self) -> bool:
         return pgstore.tenanted(self.session())
@@ -198,8 +217,12 @@ class PostgresStore:
 
     def due(self, *, limit: int, queues: Sequence[str] | None, by_queue: bool = False) -> int:
         due, controlled = pgstore.due_count(self.session(), limit=limit, queues=queues,
-                                            limited_types=self.limited_types,
+                                            limited_types=self.left_out,
                                             by_queue=by_queue)
+        if due < limit and self.batch_sizes:
+            from ..batch_store import batch_due
+
+            due = min(limit, due + batch_due(self.session(), self.batch_sizes, queues))
         if due < limit and (controlled or self.type_rates):
             self._declare_rates()
             from .. import claiming

@@ -18,7 +18,7 @@ from ..settings import Settings
 from ..timeouts import TimeLimits
 from .budget import Budget
 from .loop import Loop
-from .planner import ClaimPlanner
+from .planner import Batched, ClaimPlanner
 from .ports import DrainObserver, DrainStore, Launcher, NullObserver
 from .postgres import PostgresStore
 from .state import DrainState
@@ -111,10 +111,24 @@ class _Pass:
         planner = ClaimPlanner(alone_due=janitor.alone_due, controlled=janitor.controlled,
                                fair=janitor.tenants, rated=bool(s.registry.type_rates()),
                                lease=s.budget.lease, queues=s.settings.queues or None,
-                               by_queue=janitor.queues_set)
+                               by_queue=janitor.queues_set, batches=self._batches())
         summary.vacuumed = int(s.store.vacuum_if_due(s.settings))
         summary.scheduled = s.store.enqueue_scheduled(s.registry)
         return planner
+
+    def _batches(self) -> Batched | None:
+        """The batch types' claims, when the job modules declare batch handlers (not rated
+        ones: the controlled claim takes those per item) and the store claims batches."""
+        s = self.s
+        handlers = s.registry.batch_types()
+        if not handlers or not isinstance(s.store, PostgresStore):
+            return None  # another store's plain claim takes them; the loop still groups them
+        from .batches import BatchClaims
+
+        s.store.use_batches({t: (h.batch_size or 1, h.batch_window)
+                             for t, h in handlers.items()})
+        claimed = {t: h for t, h in handlers.items() if t in s.store.batch_sizes}
+        return BatchClaims(claimed) if claimed else None
 
     def _fan_out(self) -> None:
         """Start more drains when the backlog is more than this one runs at once: one per

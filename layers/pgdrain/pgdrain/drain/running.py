@@ -10,6 +10,7 @@ import queue
 import time
 from collections import Counter
 
+from ..models import Job
 from ..runner import Runner, Task
 from .attempt import Attempt, ended_on_worker, worker_call
 from .outcomes import Ended
@@ -114,14 +115,23 @@ class Running:
         if now < self.next_sync:
             return
         self.next_sync = now + CONTROL_SECONDS
-        jobs = [a.job for a, task in self.attempts.values() if not task.finished
-                and (now - a.started >= CONTROL_SECONDS or a.job.control.has_progress)]
+        jobs = [job for a, task in self.attempts.values() if not task.finished
+                and (now - a.started >= CONTROL_SECONDS or a.job.control.has_progress)
+                for job in self._items(a)]
         if not jobs:
             return
         asked = self.s.store.sync_controls(jobs, [j.control.take_progress() for j in jobs])
         for job in jobs:
             if job.id in asked:
                 job.control.cancel_requested = True
+
+    def _items(self, attempt: Attempt) -> list[Job]:
+        """The attempt's jobs: its job, or every item of the batch it leads."""
+        if not self.s.batches:
+            return [attempt.job]
+        from .batches import batch_jobs
+
+        return batch_jobs(self.s, attempt.job)
 
     def _enforce_limits(self) -> None:
         now = time.monotonic()

@@ -46,6 +46,9 @@ class DrainState:
         self.inline: Job | None = None
         """The job whose handler runs on the drain's own thread now."""
         self._cut_short_types: set[str] = set()
+        self.batches: dict[int, tuple[Handler, list[Job]]] = {}
+        """The batches running (drain.batches), by their lead job's id: the type's handler
+        and the items. Empty unless a batch handler runs."""
 
     def left(self) -> float:
         """The time handlers may still use (the invocation's, less the margin)."""
@@ -72,7 +75,20 @@ class DrainState:
 
     def settle(self, ended: Ended) -> None:
         """An attempt ended: its finishing write waits in the completer, or (written by its
-        own transaction, or stale) it is counted now."""
+        own transaction, or stale) it is counted now. A batch's end is each item's."""
+        if self.batches:
+            batch = self.batches.pop(ended.job.id, None)
+            if batch is not None:
+                from .batches import item_ends
+
+                for item in item_ends(ended, *batch):
+                    self._settle(item)
+                # The pace counts jobs: the loop counts the call as one, and the rest here.
+                self.pace.finished += len(batch[1]) - 1
+                return
+        self._settle(ended)
+
+    def _settle(self, ended: Ended) -> None:
         settled = outcomes.settle(ended, result_max_bytes=self.settings.result_max_bytes,
                                   backoff=self.settings.backoff, keep_done=self._keep_done)
         if settled.finish is not None:
@@ -88,8 +104,11 @@ class DrainState:
                            duration=0.0, error=error)
 
     def release(self, jobs: list[Job]) -> None:
-        """Hand claimed jobs back unstarted, their attempt refunded."""
+        """Hand claimed jobs back unstarted, their attempt refunded (a batch's, every item)."""
         now = time.monotonic()
+        if self.batches:
+            jobs = [item for job in jobs
+                    for item in self.batches.pop(job.id, (None, [job]))[1]]
         for job in jobs:
             self.completer.add(Finish.release(job), job, started=now, duration=0.0)
 

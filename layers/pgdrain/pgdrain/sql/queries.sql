@@ -40,6 +40,24 @@ WHERE jobs.job_type = t.job_type
 ORDER BY jobs.priority, jobs.run_at, jobs.id
 LIMIT 1000
 
+-- fragment: job_batch_head(b)
+-- A batch type's claimable jobs (b.job_type), the first b.take in claim order, with
+-- when each became due (the later of its run_at and its enqueue: a job enqueued with a past
+-- run_at is due from its enqueue): one range of jobs_pending_type_idx. Due (job_due), of a
+-- queue neither paused, capped nor rate-limited (job_queue_plain: the controlled claim takes
+-- a batch type's jobs there, within the queue's room) and its key's head
+-- (job_ordering_head). Jobs naming a tenant and jobs whose claim was lost are taken too: the
+-- plain claims leave batch types to job_claim_batch_of_type (:limited_types).
+SELECT jobs.id, greatest(jobs.run_at, jobs.created_at) AS due_since
+FROM jobs
+WHERE jobs.job_type = b.job_type
+  AND (jobs.job_type, jobs.priority) >= (b.job_type, -32768)
+  AND {{job_due(jobs)}}
+  AND {{job_queue_plain(jobs)}}
+  AND {{job_ordering_head(jobs)}}
+ORDER BY jobs.priority, jobs.run_at, jobs.id
+LIMIT b.take
+
 -- fragment: job_claim_document
 -- What the plain claims (job_claim_batch, job_claim_batch_by_queue) return: the jobs the
 -- claimed CTE claimed (job_claim_returning's columns, in that order) as one JSON array of
@@ -835,6 +853,22 @@ SELECT (SELECT count(*) FROM pgdrain_queues WHERE paused_at IS NOT NULL)::int AS
                      'paused', paused) ORDER BY oldest_due_seconds DESC, queue)
                  FROM per_queue), '[]') AS queues
 
+-- name: job_batch_due
+-- How many due jobs of the batch types (:job_types, each with its :batch_sizes and
+-- :batch_windows, as job_claim_batch_of_type) a claim would take now: a type's first batch
+-- (job_batch_head) counts once it is full or its oldest job's window has closed. The due
+-- count's part for batch types, which the plain count leaves out (:limited_types); read
+-- without a lock, at most a batch a type.
+SELECT coalesce(sum(w.n) FILTER (
+           WHERE w.n >= b.take
+              OR w.oldest <= now() - make_interval(secs => b.batch_window)), 0)::int AS due
+FROM unnest(:job_types::text[], :batch_sizes::int[], :batch_windows::float8[])
+     AS b(job_type, take, batch_window)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, min(h.due_since) AS oldest
+    FROM ({{job_batch_head(b)}}) AS h
+) AS w
+
 -- name: job_cancel
 -- Cancel jobs by id, one statement: a pending one (due or not) or one waiting for its
 -- parents becomes cancelled and never runs (its own waiting children follow: see migration
@@ -962,6 +996,39 @@ WITH RECURSIVE
     LIMIT :batch_size::int
 ), {{job_claim_due}}
 {{job_claim_document}}
+
+-- name: job_claim_batch_of_type
+-- Claim a batch handler's batches (pgdrain.batches): up to :take claimable jobs of :job_type
+-- (job_batch_head; :take >= :batch_size: the drain makes calls of :batch_size of them): as
+-- many full batches as there are, or every one once the oldest has been due :batch_window
+-- seconds, by the database's clock; else nothing is locked or claimed, so
+-- a batch that waits to fill holds no claim open. Returns one row: the claimed jobs as
+-- job_claim_document's JSON (NULL: none), and closes_in, the seconds until the oldest due
+-- job's window closes (<= 0: closed; NULL: none is due), which the drain waits for when it
+-- has nothing else to do and the time.
+WITH head AS MATERIALIZED (
+    SELECT h.id, h.due_since
+    FROM (VALUES (:job_type::text, :take::int)) AS b(job_type, take)
+    CROSS JOIN LATERAL ({{job_batch_head(b)}}) AS h
+), fill AS (
+    SELECT count(*) AS n, min(due_since) AS oldest FROM head
+), due AS MATERIALIZED (
+    SELECT jobs.id
+    FROM jobs
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM head))
+      AND {{job_due(jobs)}}
+    ORDER BY jobs.priority, jobs.run_at, jobs.id
+    -- Every job once the window has closed; else only full batches (none while filling).
+    LIMIT (SELECT CASE WHEN f.oldest <= now() - make_interval(secs => :batch_window::float8)
+                       THEN :take::int
+                       ELSE f.n / :batch_size::int * :batch_size::int END
+           FROM fill AS f)
+    FOR UPDATE SKIP LOCKED
+), {{job_claim_due}}
+SELECT ({{job_claim_document}}) AS jobs,
+       (SELECT extract(epoch FROM f.oldest + make_interval(secs => :batch_window::float8)
+                                  - now())::float8
+        FROM fill AS f) AS closes_in
 
 -- name: job_claim_candidates
 -- The due jobs a controlled claim may start: up to each capped or rate-limited queue's room
