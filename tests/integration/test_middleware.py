@@ -256,3 +256,23 @@ def test_a_middleware_registered_after_a_drain_started_applies_from_the_next_att
     wrapped = applied(registry, handler)
     assert wrapped is not handler and wrapped.func(None) == ("wrapped", "bare")
     assert applied(registry, handler) is wrapped  # built once
+
+
+def test_a_batch_handlers_middleware_goes_around_its_one_call_with_the_list(database_url,
+                                                                            conn, sql):
+    seen: list[Any] = []
+    registry = Registry()
+
+    @pgdrain.middleware(registry=registry)
+    def around_batch(jobs: Any, call_next: Any) -> Any:
+        seen.append(sorted(j.id for j in jobs))
+        return call_next()
+
+    @pgdrain.job("index-docs", batch_size=10, registry=registry)
+    def index(jobs: list[pgdrain.Job]) -> None:
+        return None
+
+    ids = [r.id for r in pgdrain.enqueue_many(conn, [{"job_type": "index-docs"}] * 3)]
+    assert run_drain(database_url, registry).done == 3
+    assert seen == [sorted(ids)]
+    assert {r["status"] for r in sql("SELECT status FROM jobs")} == {"done"}
