@@ -59,6 +59,15 @@ MAX_SIGNAL_NAME = 500
 """Longest signal name (``WaitFor``, ``pgdrain.signal``)."""
 DEFAULT_SIGNAL_KEEP_SECONDS = 7 * 86400
 """How long a signal sent is kept for the jobs that wait for it later: a week."""
+MAX_TAGS = 16
+"""The most tags one job may have (``tags``)."""
+MAX_TAG = 64
+"""Longest tag."""
+TAG_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.:/@+=-]*$"
+"""What a tag is: ASCII letters, digits and ``_ . : / @ + = -``, beginning with a letter or a
+digit (never an option on a command line; no comma, no space), compared exactly (case too)."""
+MAX_META_BYTES = 4096
+"""Largest ``meta``, as compact JSON in UTF-8."""
 NO_NUL = "^[^\\u0000]*$"
 """A JSON schema pattern: text without NUL (PostgreSQL's text cannot hold one)."""
 DATE_TIME = {"type": "string", "format": "date-time"}
@@ -125,6 +134,17 @@ JOB_FIELDS: tuple[JobField, ...] = (
     JobField("tenant", _text(MAX_TEXT, nullable=True),
              "Who the job is for: while jobs name tenants, the claim takes from each tenant in "
              "turn, so one tenant's flood does not hold another's jobs back. Not blank."),
+    JobField("tags", {"anyOf": [{"type": "array", "maxItems": MAX_TAGS, "items": {
+                 "type": "string", "minLength": 1, "maxLength": MAX_TAG,
+                 "pattern": TAG_PATTERN}}, {"type": "null"}]},
+             f"Up to {MAX_TAGS} tags to find the job by (pgdrain list --tag, the bulk actions' "
+             f"filters): each 1 to {MAX_TAG} ASCII letters, digits and _ . : / @ + = -, "
+             "beginning with a letter or a digit, kept exactly as given; a repeated tag is "
+             "kept once, in the order first given."),
+    JobField("meta", {"anyOf": [{"type": "object"}, {"type": "null"}]},
+             f"A small JSON object about the job (at most {MAX_META_BYTES} bytes as compact "
+             "JSON), shown with it and matched by the filters' meta containment. Not the "
+             "payload: the handler gets it as job.meta."),
     JobField("name", _text(MAX_TEXT, nullable=True),
              "A name for this job within its batch, for another job of the batch to name in "
              "depends_on. Not stored. Not blank; unique within the batch."),
@@ -180,6 +200,10 @@ class NewJob:
     """Its parents: job ids, names of batch items, or batch positions."""
     after: str = "done"
     """What it waits for of its parents (AFTER_CHOICES)."""
+    tags: tuple[str, ...] | None = None
+    """Its tags (None: none), each once, in the order given."""
+    meta_json: str | None = None
+    """Its meta as compact JSON text (None: none, or an empty object)."""
 
 
 def signal_name_problem(name: Any) -> str | None:
@@ -310,6 +334,10 @@ class Job:
     its parents are then in ``parents`` and ``parent_results``."""
     wait_result: str | None = None
     """What its last wait for a signal got, as the claim read it (JSON text): ``signal``."""
+    tag_list: list[str] | None = None
+    """The tags it was enqueued with, as the claim read them (None: none): ``tags``."""
+    meta_json: str | None = None
+    """The meta it was enqueued with, as JSON text (None: none): ``meta``."""
     payload_error: str | None = None
     """Why the stored payload could not be decoded (``payload`` is then None): the drain
     fails the job with this reason instead of running it."""
@@ -368,6 +396,24 @@ class Job:
         500 characters): shown by ``GET /jobs/{id}`` and ``pgdrain show``. Returns at once; the
         drain writes the latest report about every second while the job runs."""
         self.control.report(encode_progress(fraction, message))
+
+    @property
+    def tags(self) -> list[str]:
+        """The tags the job was enqueued with (``enqueue(..., tags=[...])``), in their order;
+        empty if none."""
+        return list(self.tag_list or ())
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The metadata the job was enqueued with (``enqueue(..., meta={...})``), decoded
+        afresh on each read (a copy to change freely); empty if none. ValueError if plain SQL
+        stored what Python cannot decode, or no object."""
+        if self.meta_json is None:
+            return {}
+        value, problem = _decode_meta(self.meta_json)
+        if problem is not None:
+            raise ValueError(f"job {self.id}'s meta: {problem}")
+        return value
 
     @property
     def idempotency_key(self) -> str:
@@ -593,3 +639,15 @@ class QueueStats:
 
     def total(self, status: str) -> int:
         return sum(by_status.get(status, 0) for by_status in self.counts.values())
+
+
+def _decode_meta(text: str) -> tuple[Any, str | None]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return None, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
+    if not isinstance(value, dict):
+        return None, f"it is a JSON {type(value).__name__}, not an object"
+    return value, None
