@@ -229,7 +229,8 @@ def test_a_page_row_holds_what_the_jobs_page_shows(conn, sql):
     assert set(rows[failed]) == {
         "id", "job_type", "queue", "status", "priority", "attempts", "max_attempts", "run_at",
         "created_at", "updated_at", "finished_at", "tenant", "ordering_key", "dedupe_key",
-        "last_error", "waits_for"}
+        "last_error", "waits_for", "tags"}
+    assert rows[failed]["tags"] == []
     assert rows[failed]["last_error"] == error[:300]
     assert (rows[failed]["tenant"], rows[failed]["ordering_key"], rows[failed]["dedupe_key"],
             rows[failed]["queue"], rows[failed]["priority"], rows[failed]["attempts"]) == \

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import browse, operator_store
 from .browse import JobFilter
 from .db import DEADLOCK_DETECTED, UNIQUE_VIOLATION, as_session, sqlstate
+from .enqueue import meta_text, tag_list, tag_problem
+from .errors import PgdrainError
+from .models import MAX_DELAY_SECONDS, MAX_TEXT, Status
 
 BATCH = 1000
 """Jobs per statement (and per transaction) of an action."""
@@ -38,6 +41,69 @@ ROUNDS = 5
 """Tries of a batch that cannot get its locks before the action stops there."""
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
+
+
+class InvalidFilter(PgdrainError, ValueError):
+    """A filter that cannot select jobs; ``field`` names what is wrong. Nothing was done."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+
+__all__ = ["ACTIONS", "Acted", "Action", "Counted", "InvalidFilter", "JobFilter", "act",
+           "action_named", "count", "job_filter", "tag_problem"]
+
+FILTER_FIELDS = ("status", "job_type", "queue", "tenant", "tags", "meta",
+                 "older_than_seconds", "newer_than_seconds")
+"""What a bulk action's filter may hold (the API's ``filter``; the CLI's options)."""
+STATUSES = tuple(s.value for s in Status)
+
+
+def job_filter(values: Mapping[str, Any]) -> JobFilter:
+    """A filter from ``values`` (FILTER_FIELDS; None or absent matches all), each checked:
+    InvalidFilter naming the first that is wrong. ``tags``: jobs with all of them; ``meta``:
+    jobs whose meta contains this JSON object."""
+    unknown = sorted(set(values) - set(FILTER_FIELDS))
+    if unknown:
+        raise InvalidFilter(f"unknown; a filter has {', '.join(FILTER_FIELDS)}",
+                            field=str(unknown[0])[:60])
+    given = {k: v for k, v in values.items() if v is not None}
+    status = given.get("status")
+    if status is not None and status not in STATUSES:
+        raise InvalidFilter(f"is one of {', '.join(STATUSES)}", field="status")
+    for name in ("job_type", "queue", "tenant"):
+        value = given.get(name)
+        if value is not None and (not isinstance(value, str) or not value
+                                  or len(value) > MAX_TEXT or "\x00" in value):
+            raise InvalidFilter(f"is text of 1 to {MAX_TEXT} characters without NUL",
+                                field=name)
+    for name in ("older_than_seconds", "newer_than_seconds"):
+        value = given.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0 <= value <= MAX_DELAY_SECONDS):
+            raise InvalidFilter(f"is a number of seconds from 0 to {MAX_DELAY_SECONDS}",
+                                field=name)
+    if "tags" in given:
+        given["tags"] = _filter_tags(given["tags"])
+    if "meta" in given:
+        given["meta"] = _filter_meta(given["meta"])
+    return JobFilter(**given)
+
+
+def _filter_tags(tags: Any) -> tuple[str, ...] | None:
+    def bad(name: str, message: str) -> InvalidFilter:
+        return InvalidFilter(message, field=name)
+
+    return tag_list(tags, bad)
+
+
+def _filter_meta(meta: Any) -> dict[str, Any] | None:
+    def bad(name: str, message: str) -> InvalidFilter:
+        return InvalidFilter(message, field=name)
+
+    text = meta_text(meta, bad)
+    return None if text is None else dict(meta)
 
 
 def _requeue(conn: Any, ids: Sequence[int]) -> dict[int, str]:

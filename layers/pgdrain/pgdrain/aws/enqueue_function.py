@@ -43,7 +43,8 @@ class EnqueueFunction:
         self.logger = logger
         self.metrics = metrics
         self.app = app = APIGatewayRestResolver()
-        self.api = service.EnqueueApi(registry=registry, limits=limits, session=self.session)
+        self.api = service.EnqueueApi(registry=registry, limits=limits, session=self.session,
+                                      time_left=self.time_left)
         app.route(ANY_PATH, method=METHODS)(self._serve)
         # A method outside METHODS reaches no handler: answered the same way (405 or 404).
         app.exception_handler(NotFoundError)(self._no_route)

@@ -52,7 +52,7 @@ LIMIT 1000
 SELECT json_agg(json_build_array(
            id, job_type, payload, attempts, max_attempts, queue, priority, run_at::text,
            created_at::text, claimed_at::text, lease_expires_at::text, lease_token,
-           dedupe_key, lost_claims, tenant, after_parents, wait_result, tags, meta::text)
+           dedupe_key, lost_claims, tenant, after_parents, wait_result, tag_list, meta_json)
        ORDER BY priority, run_at, id)::text AS jobs
 FROM claimed
 
@@ -1627,7 +1627,6 @@ ORDER BY queue, job_type
 SELECT id, job_type, queue, status, priority, attempts, max_attempts, run_at, created_at,
        updated_at, finished_at, tenant, ordering_key, dedupe_key,
        left(last_error, 300) AS last_error, coalesce(tags, '{}') AS tags,
-       coalesce(meta, '{}')::text AS meta,
        CASE WHEN status = 'waiting'
             THEN coalesce('signal ' || wait_signal, parents_left || ' parent(s)') END
            AS waits_for
