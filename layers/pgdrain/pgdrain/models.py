@@ -399,18 +399,14 @@ class Job:
 
     @property
     def tags(self) -> list[str]:
-        """The tags the job was enqueued with (``enqueue(..., tags=[...])``), in their order;
-        empty if none."""
+        """The tags it was enqueued with (``enqueue(..., tags=)``), in order; [] if none."""
         return list(self.tag_list or ())
 
     @property
     def meta(self) -> dict[str, Any]:
-        """The metadata the job was enqueued with (``enqueue(..., meta={...})``), decoded
-        afresh on each read (a copy to change freely); empty if none. ValueError if plain SQL
-        stored what Python cannot decode, or no object."""
-        if self.meta_json is None:
-            return {}
-        value, problem = _decode_meta(self.meta_json)
+        """Its metadata (``enqueue(..., meta=)``), a fresh copy; {} if none. ValueError if
+        plain SQL stored what Python cannot decode, or no object."""
+        value, problem = _decode_meta(self.meta_json or "{}")
         if problem is not None:
             raise ValueError(f"job {self.id}'s meta: {problem}")
         return value
