@@ -163,7 +163,7 @@ def bulk_run(console: Console, request: Request) -> Response:
         return _bulk_back(console, chosen, f"{action.label}: then it failed: "
                           f"{describe(exc)} (run it again for the rest)")
     message = summary(action, done.outcomes)
-    if done.stopped == "time":
+    if done.stopped == "time" and done.next_upto is not None:
         message += (f"; stopped after {BULK_SECONDS:.0f} s at job {done.next_upto + 1}: run "
                     "it again for the rest")
     elif done.stopped == "busy":

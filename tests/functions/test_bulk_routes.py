@@ -75,10 +75,10 @@ def test_delete_by_filter_never_deletes_a_running_job(app, conn, sql):
     ids = [pgdrain.enqueue(conn, "test-noop", meta={"batch": "b1"}).id for _ in range(3)]
     [running] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
     status, counted = bulk(app, "delete", {"filter": {"meta": {"batch": "b1"}}})
-    assert counted["count"] == 2
+    assert (status, counted["count"]) == (200, 2)
     status, done = bulk(app, "delete", {"filter": {"meta": {"batch": "b1"}},
                                         "upto": counted["upto"]})
-    assert done["outcomes"] == {"deleted": 2}
+    assert (status, done["outcomes"]) == (200, {"deleted": 2})
     assert [r["id"] for r in sql("SELECT id FROM jobs")] == [running.id]
     assert running.id in ids
 

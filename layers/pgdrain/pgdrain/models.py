@@ -637,13 +637,13 @@ class QueueStats:
         return sum(by_status.get(status, 0) for by_status in self.counts.values())
 
 
-def _decode_meta(text: str) -> tuple[Any, str | None]:
+def _decode_meta(text: str) -> tuple[dict[str, Any], str | None]:
     import json
 
     try:
-        value = json.loads(text)
+        value: Any = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        return None, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
+        return {}, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
     if not isinstance(value, dict):
-        return None, f"it is a JSON {type(value).__name__}, not an object"
-    return value, None
+        return {}, f"it is a JSON {type(value).__name__}, not an object"
+    return dict(value), None
