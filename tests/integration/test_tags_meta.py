@@ -127,3 +127,24 @@ def test_the_drain_s_writes_on_a_tagged_job_are_as_hot_as_on_any(conn, sql):
     plain = hot_updates(conn, sql)
     assert plain[0] >= 2
     assert hot_updates(conn, sql, tags=["x"], meta={"k": "v"}) == plain
+
+
+def test_a_drained_handler_and_a_dead_letter_hook_see_them(database_url, conn):
+    from pgdrain.registry import Registry
+    from tests.support.drains import run_drain
+
+    seen: list = []
+    registry = Registry()
+
+    def on_failed(job, error):
+        seen.append(("hook", job["tags"], job["meta"]))
+
+    def handler(job):
+        seen.append(("run", job.tags, job.meta))
+        raise pgdrain.Discard("no")
+
+    pgdrain.job("tagged", on_failed=on_failed, registry=registry)(handler)
+    pgdrain.enqueue(conn, "tagged", tags=["a", "b"], meta={"m": [1]})
+    for _ in range(2):  # the job, then its hook's job
+        run_drain(database_url, registry, backoff=pgdrain.Backoff(0, 0, jitter=0))
+    assert seen == [("run", ["a", "b"], {"m": [1]}), ("hook", ["a", "b"], {"m": [1]})]
