@@ -10,7 +10,8 @@ meta ``{"customer": "c-N"}``), one in 10,000 the tag ``rare`` (meta ``{"customer
 first page of the console's jobs page (browse.job_page) by the rare and the common tag and by
 a meta match; ``pgdrain list --tag`` (store.list_jobs, the newest 50); and the time to cancel
 ``--bulk`` pending jobs of one tag in batches of 1,000 (pgdrain.bulk.act), as jobs per second.
-Prints a Markdown table.
+First, on the empty table, what an enqueue costs with three tags and a small meta against
+one without (time and WAL per job, batches of 100). Prints Markdown tables.
 """
 
 from __future__ import annotations
@@ -57,6 +58,33 @@ def median_ms(run: Callable[[], Any], rounds: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+def enqueue_cost(conn: Any, rounds: int, jobs: int = 5000, batch: int = 100
+                 ) -> list[tuple[str, float, float]]:
+    """Per job: the time and the WAL of enqueue_many in batches of ``batch``, without tags and
+    meta and with three tags and a small meta (alternating, ``rounds`` each; medians)."""
+    import pgdrain
+
+    options = {"plain": {}, "tags and meta": {
+        "tags": ["customer:42", "spring", "batch-3"],
+        "meta": {"source": "signup", "campaign": "spring-2026"}}}
+    seen: dict[str, list[tuple[float, float]]] = {k: [] for k in options}
+    for _ in range(rounds):
+        for label, extra in options.items():
+            conn.run("TRUNCATE jobs")
+            [[before]] = conn.run("SELECT pg_current_wal_insert_lsn()")
+            started = time.perf_counter()
+            for _ in range(jobs // batch):
+                pgdrain.enqueue_many(conn, [{"job_type": "t", "payload": {"n": 1}, **extra}
+                                            for _ in range(batch)])
+            seconds = time.perf_counter() - started
+            [[wal]] = conn.run("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :b)",
+                               b=before)
+            seen[label].append((seconds / jobs * 1e6, float(wal) / jobs))
+    conn.run("TRUNCATE jobs")
+    return [(label, statistics.median(t for t, _ in runs), statistics.median(w for _, w in runs))
+            for label, runs in seen.items()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -66,6 +94,10 @@ def main() -> int:
     with scratch_database("pgdrain_tags") as url:
         conn = connect(url)
         migrate(conn)
+        print("| enqueue (batches of 100) | µs per job | WAL bytes per job |\n|---|---:|---:|")
+        for label, micros, wal in enqueue_cost(conn, args.rounds):
+            print(f"| {label} | {micros:,.0f} | {wal:,.0f} |")
+        print()
         started = time.perf_counter()
         conn.run(FILL, rows=args.rows)
         conn.run("VACUUM ANALYZE jobs")

@@ -134,17 +134,6 @@ JOB_FIELDS: tuple[JobField, ...] = (
     JobField("tenant", _text(MAX_TEXT, nullable=True),
              "Who the job is for: while jobs name tenants, the claim takes from each tenant in "
              "turn, so one tenant's flood does not hold another's jobs back. Not blank."),
-    JobField("tags", {"anyOf": [{"type": "array", "maxItems": MAX_TAGS, "items": {
-                 "type": "string", "minLength": 1, "maxLength": MAX_TAG,
-                 "pattern": TAG_PATTERN}}, {"type": "null"}]},
-             f"Up to {MAX_TAGS} tags to find the job by (pgdrain list --tag, the bulk actions' "
-             f"filters): each 1 to {MAX_TAG} ASCII letters, digits and _ . : / @ + = -, "
-             "beginning with a letter or a digit, kept exactly as given; a repeated tag is "
-             "kept once, in the order first given."),
-    JobField("meta", {"anyOf": [{"type": "object"}, {"type": "null"}]},
-             f"A small JSON object about the job (at most {MAX_META_BYTES} bytes as compact "
-             "JSON), shown with it and matched by the filters' meta containment. Not the "
-             "payload: the handler gets it as job.meta."),
     JobField("name", _text(MAX_TEXT, nullable=True),
              "A name for this job within its batch, for another job of the batch to name in "
              "depends_on. Not stored. Not blank; unique within the batch."),
@@ -164,6 +153,17 @@ JOB_FIELDS: tuple[JobField, ...] = (
              "With depends_on: `done` (the default) runs the job once every parent is done, "
              "and cancels it if one ends failed or cancelled; `finished` runs it once every "
              "parent has ended, whatever the end (a batch's callback)."),
+    JobField("tags", {"anyOf": [{"type": "array", "maxItems": MAX_TAGS, "items": {
+                 "type": "string", "minLength": 1, "maxLength": MAX_TAG,
+                 "pattern": TAG_PATTERN}}, {"type": "null"}]},
+             f"Up to {MAX_TAGS} tags to find the job by (pgdrain list --tag, the bulk actions' "
+             f"filters): each 1 to {MAX_TAG} ASCII letters, digits and _ . : / @ + = -, "
+             "beginning with a letter or a digit, kept exactly as given; a repeated tag is "
+             "kept once, in the order first given."),
+    JobField("meta", {"anyOf": [{"type": "object"}, {"type": "null"}]},
+             f"A small JSON object about the job (at most {MAX_META_BYTES} bytes as compact "
+             "JSON), shown with it and matched by the filters' meta containment. Not the "
+             "payload: the handler gets it as job.meta."),
 )
 JOB_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in JOB_FIELDS)
 JOB_OPTION_NAMES: tuple[str, ...] = tuple(n for n in JOB_FIELD_NAMES
