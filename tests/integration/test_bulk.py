@@ -146,3 +146,15 @@ def test_an_empty_table_counts_nothing(conn):
 def test_an_unknown_action_is_refused(conn):
     with pytest.raises(ValueError, match="the action is one of cancel, requeue"):
         bulk.count(conn, "purge", JobFilter())
+
+
+def test_delete_checks_the_status_again_when_it_deletes(conn, sql):
+    # Between a batch's ids being read and its delete, a failed job may be requeued: the
+    # delete then leaves it, and says what it is now.
+    from pgdrain import operator_store
+
+    failed, pending = (pgdrain.enqueue(conn, "t").id for _ in range(2))
+    sql("UPDATE jobs SET status = 'failed' WHERE id = :id", id=failed)
+    outcomes = operator_store.delete_jobs(conn, [failed, pending], statuses=["failed"])
+    assert outcomes == {failed: "deleted", pending: "pending"}
+    assert [r["id"] for r in sql("SELECT id FROM jobs")] == [pending]

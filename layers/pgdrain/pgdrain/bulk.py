@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from . import browse, operator_store
@@ -195,6 +196,10 @@ def act(conn: Any, action: Action | str, match: JobFilter, *, upto: int, batch: 
     if batch < 1:
         raise ValueError("batch must be at least 1")
     session = as_session(conn)
+    if action.name == "delete":
+        # A job selected as failed and requeued since is pending: not what was counted.
+        allowed = action.statuses if match.status is None else (match.status,)
+        action = replace(action, run=partial(operator_store.delete_jobs, statuses=allowed))
     started, done = clock(), Acted()
     for ids in browse.matching_ids(session, applying(action, match), upto=upto, batch=batch):
         outcomes = _batch(session, action, ids, lock_ms, pause)

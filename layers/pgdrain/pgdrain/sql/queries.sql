@@ -1279,14 +1279,17 @@ RETURNING id
 
 -- name: job_delete
 -- Delete jobs by id, one statement, unless running (its drain holds it: cancel it first, or
--- let it finish). Each id given comes back with what happened to it: deleted (it was
--- pending, done, failed or cancelled; the status it had), running, or not_found.
+-- let it finish), and only in one of :statuses (NULL: any; a bulk action's filter, checked
+-- again here in case the job moved on since it was selected). Each id given comes back with
+-- what happened to it: deleted (it was pending, done, failed or cancelled; the status it had),
+-- its status when not deleted (running, or not in :statuses), or not_found.
 WITH given AS (
     SELECT DISTINCT g.id FROM unnest(:ids::bigint[]) AS g(id)
 ), deleted AS (
     DELETE FROM jobs AS j
     USING given AS g
     WHERE j.id = g.id AND j.status <> 'running'
+      AND (:statuses::text[] IS NULL OR j.status = ANY (:statuses::text[]))
     RETURNING j.id, j.status
 )
 SELECT g.id,
