@@ -97,3 +97,10 @@ def test_the_console_reads_tags_and_meta_from_its_form():
     assert (chosen.match.tags, chosen.match.meta) == (("red", "big"), {"team": "ops"})
     bad = filters.read({"tags": "ok no/comma?", "meta": "nothing"})
     assert [p.split(":")[0] for p in bad.problems] == ["tags", "meta"]
+
+
+def test_the_library_offers_the_bulk_actions_as_pgdrain_bulk():
+    assert pgdrain.bulk is bulk
+    assert set(bulk.ACTIONS) == {"cancel", "requeue", "delete", "run_now"}
+    assert bulk.ACTIONS["delete"].statuses == ("pending", "waiting", "done", "failed",
+                                               "cancelled")  # never running
