@@ -104,3 +104,14 @@ def test_the_library_offers_the_bulk_actions_as_pgdrain_bulk():
     assert set(bulk.ACTIONS) == {"cancel", "requeue", "delete", "run_now"}
     assert bulk.ACTIONS["delete"].statuses == ("pending", "waiting", "done", "failed",
                                                "cancelled")  # never running
+
+
+def test_a_job_s_meta_that_plain_sql_stored_oddly_says_so_when_read():
+    from datetime import UTC, datetime
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    job = pgdrain.Job(1, "t", {}, 1, 3, "default", 0, at, at, at, at, "token",
+                      meta_json="[1, 2]")
+    with pytest.raises(ValueError, match="job 1's meta: it is a JSON list, not an object"):
+        _ = job.meta
+    assert pgdrain.Job(1, "t", {}, 1, 3, "default", 0, at, at, at, at, "t").meta == {}

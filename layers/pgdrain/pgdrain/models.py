@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from .results import encode_checkpoint, encode_progress
+from .results import decode_meta, encode_checkpoint, encode_progress
 
 
 class Status(enum.StrEnum):
@@ -406,7 +406,7 @@ class Job:
     def meta(self) -> dict[str, Any]:
         """Its metadata (``enqueue(..., meta=)``), a fresh copy; {} if none. ValueError if
         plain SQL stored what Python cannot decode, or no object."""
-        value, problem = _decode_meta(self.meta_json or "{}")
+        value, problem = decode_meta(self.meta_json or "{}")
         if problem is not None:
             raise ValueError(f"job {self.id}'s meta: {problem}")
         return value
@@ -636,14 +636,3 @@ class QueueStats:
     def total(self, status: str) -> int:
         return sum(by_status.get(status, 0) for by_status in self.counts.values())
 
-
-def _decode_meta(text: str) -> tuple[dict[str, Any], str | None]:
-    import json
-
-    try:
-        value: Any = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return {}, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
-    if not isinstance(value, dict):
-        return {}, f"it is a JSON {type(value).__name__}, not an object"
-    return dict(value), None
