@@ -12,13 +12,12 @@ confirmation goes on from there.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgdrain import browse, control, operator_store
+from pgdrain import bulk, control
 from pgdrain.cli import arguments
 
 from . import filters
@@ -37,33 +36,35 @@ BULK_SECONDS = 60.0
 class JobAction:
     name: str
     label: str
-    statuses: tuple[str, ...]
-    """The statuses it applies to (what a bulk action counts and takes)."""
-    run: Callable[[Any, Sequence[int]], dict[int, str]]
+    action: bulk.Action
+    """The library's action (pgdrain.bulk): the statuses it applies to, and what it runs."""
 
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        return self.action.statuses
 
-def _retry(conn: Any, ids: Sequence[int]) -> dict[int, str]:
-    requeued = set(operator_store.requeue_failed(conn, ids=list(ids)))
-    return {i: "requeued" if i in requeued else "not requeued (not failed, or its dedupe key "
-            "is held by a live job)" for i in ids}
+    def run(self, conn: Any, ids: Sequence[int]) -> dict[int, str]:
+        return self.action.run(conn, ids)
 
 
 JOB_ACTIONS = {a.name: a for a in (
-    JobAction("retry", "Retry", ("failed",), _retry),
-    JobAction("cancel", "Cancel", ("pending", "running", "waiting"), operator_store.cancel),
-    JobAction("run_now", "Run now", ("pending",), operator_store.run_now),
-    JobAction("delete", "Delete", ("pending", "waiting", "done", "failed", "cancelled"),
-              operator_store.delete_jobs),
+    JobAction("retry", "Retry", bulk.ACTIONS["requeue"]),
+    JobAction("cancel", "Cancel", bulk.ACTIONS["cancel"]),
+    JobAction("run_now", "Run now", bulk.ACTIONS["run_now"]),
+    JobAction("delete", "Delete", bulk.ACTIONS["delete"]),
 )}
+_WORDS = {"not_requeued": "not requeued (not failed, or its dedupe key is held by a live job)"}
 
 
-def summary(action: JobAction, outcomes: dict[int, str]) -> str:
-    """``cancel: 3 cancelled, 1 cancel_requested``."""
-    if not outcomes:
+def summary(action: JobAction, outcomes: Mapping[int, str] | Counter[str]) -> str:
+    """``cancel: 3 cancelled, 1 cancel_requested``: of each job's outcome (by id), or of
+    outcomes counted."""
+    counted = outcomes if isinstance(outcomes, Counter) else Counter(outcomes.values())
+    if not counted:
         return f"{action.label}: no job matched"
-    counted = Counter(outcomes.values())
-    return f"{action.label}: " + ", ".join(f"{n:,} {outcome.replace('_', ' ')}"
-                                          for outcome, n in sorted(counted.items()))
+    return f"{action.label}: " + ", ".join(
+        f"{n:,} {_WORDS.get(outcome, outcome.replace('_', ' '))}"
+        for outcome, n in sorted(counted.items()))
 
 
 def on_job(console: Console, request: Request, ident: int) -> Response:
@@ -132,25 +133,18 @@ def _bulk_request(request: Request) -> tuple[JobAction | None, filters.Filters, 
     return action, chosen, problems
 
 
-def _applying(action: JobAction, chosen: filters.Filters) -> browse.JobFilter:
-    """The filter narrowed to the statuses the action applies to."""
-    return replace(chosen.match, statuses=action.statuses)
-
-
 def bulk_confirm(console: Console, request: Request) -> Response:
     action, chosen, problems = _bulk_request(request)
     if action is None or problems:
         return console.refusal("400 Bad Request", "; ".join(problems), signed_in=True)
     try:
         with console.connections.connection() as conn:
-            _, high = browse.id_range(conn)
-            counted, complete = (0, True) if high is None else browse.count_matching(
-                conn, _applying(action, chosen), upto=high)
+            counted = bulk.count(conn, action.action, chosen.match)
     except Exception as exc:
         return console.back("/jobs?" + chosen.query(), f"{action.label} not started: "
                             f"{describe(exc)}")
-    return console.render("confirm.html", action=action, chosen=chosen, upto=high or 0,
-                          counted=counted, complete=complete)
+    return console.render("confirm.html", action=action, chosen=chosen, upto=counted.upto,
+                          counted=counted.jobs, complete=counted.complete)
 
 
 def bulk_run(console: Console, request: Request) -> Response:
@@ -160,24 +154,21 @@ def bulk_run(console: Console, request: Request) -> Response:
         problems.append("upto is a job id")
     if action is None or problems:
         return console.refusal("400 Bad Request", "; ".join(problems), signed_in=True)
-    match, upto = _applying(action, chosen), int(upto_text)
-    outcomes: dict[int, str] = {}
-    stopped_at = None
-    started = time.monotonic()
+    done = bulk.Acted()
     try:
         with console.connections.connection(statement_ms=ACTION_STATEMENT_MS) as conn:
-            for ids in browse.matching_ids(conn, match, upto=upto, batch=BULK_BATCH):
-                outcomes.update(action.run(conn, ids))
-                if time.monotonic() - started >= BULK_SECONDS:
-                    stopped_at = ids[-1] - 1
-                    break
+            done = bulk.act(conn, action.action, chosen.match, upto=int(upto_text),
+                            batch=BULK_BATCH, seconds=BULK_SECONDS)
     except Exception as exc:  # what was done stays done: say so, and what stopped it
-        return _bulk_back(console, chosen, f"{summary(action, outcomes)}; then it failed: "
-                          f"{describe(exc)}")
-    message = summary(action, outcomes)
-    if stopped_at is not None:
-        message += (f"; stopped after {BULK_SECONDS:.0f} s at job {stopped_at + 1}: run it "
-                    "again for the rest")
+        return _bulk_back(console, chosen, f"{action.label}: then it failed: "
+                          f"{describe(exc)} (run it again for the rest)")
+    message = summary(action, done.outcomes)
+    if done.stopped == "time" and done.next_upto is not None:
+        message += (f"; stopped after {BULK_SECONDS:.0f} s at job {done.next_upto + 1}: run "
+                    "it again for the rest")
+    elif done.stopped == "busy":
+        message += (f"; stopped at job {done.next_upto}: drains held its jobs through every "
+                    "try; run it again for the rest")
     return _bulk_back(console, chosen, message)
 
 

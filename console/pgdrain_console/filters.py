@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from pgdrain.browse import JobFilter
+from pgdrain.bulk import job_filter, tag_problem
 from pgdrain.cli.arguments import duration
+from pgdrain.cli.bulk import meta_match
 from pgdrain.models import Status
 
 STATUSES = tuple(s.value for s in Status)
@@ -17,7 +19,7 @@ WAITING_FOR = ("parents", "signal")
 TEXT_FIELDS = {"type": "job_type", "queue": "queue", "tenant": "tenant",
                "ordering_key": "ordering_key", "dedupe_key": "dedupe_key", "q": "search"}
 AGE_FIELDS = {"older_than": "older_than_seconds", "newer_than": "newer_than_seconds"}
-FIELDS = ("status", "waiting_for", *TEXT_FIELDS, *AGE_FIELDS)
+FIELDS = ("status", "waiting_for", *TEXT_FIELDS, "tags", "meta", *AGE_FIELDS)
 """The query string's names, in the order the form shows them."""
 MAX_TEXT = 500
 
@@ -36,7 +38,8 @@ class Filters:
 
 
 def read(values: Mapping[str, str]) -> Filters:
-    # Names are exact ("emails " is a queue of its own): only the choices and ages are trimmed.
+    # Names are exact ("emails " is a queue of its own): only the choices, ages, tags and
+    # meta are trimmed.
     raw = {name: values[name] if name in TEXT_FIELDS else values[name].strip()
            for name in FIELDS if values.get(name, "").strip()}
     problems: list[str] = []
@@ -60,6 +63,21 @@ def read(values: Mapping[str, str]) -> Filters:
                 problems.append(f"{name.replace('_', ' ')} is at most {MAX_TEXT} characters")
             else:
                 given[target] = text
+    tags = raw.get("tags")
+    if tags is not None:
+        # Tags hold neither spaces nor commas: either separates them.
+        words = tags.replace(",", " ").split()
+        problem = next((p for p in map(tag_problem, words) if p), None)
+        if problem:
+            problems.append(f"tags: {problem}")
+        else:
+            given["tags"] = tuple(dict.fromkeys(words))
+    meta = raw.get("meta")
+    if meta is not None:
+        try:
+            given["meta"] = job_filter({"meta": meta_match(meta)}).meta
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            problems.append(f"meta: {exc}")
     for name, target in AGE_FIELDS.items():
         text = raw.get(name)
         if text is not None:

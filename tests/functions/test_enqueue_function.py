@@ -96,7 +96,8 @@ def test_invalid_batch_event_inserts_nothing(app, sql):
         ({"body": {"job_type": "test-noop", "kind": "x"}}, 422,
          {"error": "kind: unknown field; a job has job_type, payload, run_at, delay_seconds, "
                    "priority, queue, max_attempts, expires_at, ttl_seconds, dedupe_key, "
-                   "unique_for, debounce, ordering_key, tenant, name, depends_on, after",
+                   "unique_for, debounce, ordering_key, tenant, name, depends_on, after, "
+                   "tags, meta",
           "details": {"field": "kind"}}),
         ({"body": {"job_type": "test-noop", "payload": [1]}}, 422,
          {"error": "payload: must be a JSON object", "details": {"field": "payload"}}),

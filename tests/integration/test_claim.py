@@ -90,7 +90,7 @@ def test_every_claim_returns_the_jobs_fields_in_their_order(conn):
 
     from pgdrain.models import Job
 
-    expected = [f.name for f in fields(Job)][:18]
+    expected = [f.name for f in fields(Job)][:20]
     assert expected[-1] == "trace_context" and "payload_error" not in expected
     pgdrain.enqueue_many(conn, [{"job_type": "a", "payload": {"n": 1}, "queue": "q"},
                                 {"job_type": "b", "dedupe_key": "k"}, {"job_type": "c"}])
@@ -111,7 +111,7 @@ def test_every_claim_returns_the_jobs_fields_in_their_order(conn):
 
 RETURNING = """id, job_type, payload::text AS payload, attempts, max_attempts, queue, priority,
 run_at, created_at, claimed_at, lease_expires_at, lease_token::text AS lease_token,
-dedupe_key, lost_claims, tenant, after_parents"""
+dedupe_key, lost_claims, tenant, after_parents, tags AS tag_list, meta::text AS meta_json"""
 """job_claim_returning's columns, to read a claimed job back as a row."""
 
 
@@ -125,7 +125,7 @@ def test_a_claimed_job_is_the_same_from_the_document_as_from_its_row(conn, by_qu
 
     text = "tab\t quote\" backslash\\ é \u2028 \U0001f600 \x01 \u00a0 end "
     pgdrain.enqueue(conn, "a", {"n": [1, 2.5], "s": text, "big": 2**70}, queue=text,
-                    priority=-3, dedupe_key=text)
+                    priority=-3, dedupe_key=text, tags=["x", "y:Z"], meta={"s": text})
     conn.run("INSERT INTO jobs (job_type, payload) VALUES ('bad', "
              "('[' || repeat('[', 3000) || repeat(']', 3000) || ']')::jsonb)")
     conn.run("INSERT INTO jobs (job_type, run_at, created_at) "
@@ -138,6 +138,7 @@ def test_a_claimed_job_is_the_same_from_the_document_as_from_its_row(conn, by_qu
     a, old, bad = jobs
     assert a.payload == {"n": [1, 2.5], "s": text, "big": 2**70} and a.payload_error is None
     assert (a.queue, a.dedupe_key, a.priority, a.attempts) == (text, text, -3, 1)
+    assert (a.tags, a.meta, old.tags, old.meta) == (["x", "y:Z"], {"s": text}, [], {})
     assert bad.payload is None and "nested too deeply" in bad.payload_error
     assert old.run_at == "-infinity" and old.created_at.endswith(" BC")
     assert a.claimed_at.tzinfo is not None and a.lease_expires_at > a.claimed_at

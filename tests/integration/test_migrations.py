@@ -51,7 +51,7 @@ def test_indexes_exist(sql):
                                            "WHERE tablename = 'jobs'")}
     assert {"jobs_pending_idx", "jobs_running_idx", "jobs_done_finished_idx",
             "jobs_dedupe_key_live_or_waiting_idx", "jobs_alone_idx",
-            "jobs_failed_queue_idx"} <= indexes
+            "jobs_failed_queue_idx", "jobs_tags_idx", "jobs_meta_idx"} <= indexes
     # One index for the running jobs serves the janitor and the caps (0021).
     assert not {"jobs_running_lease_idx", "jobs_running_queue_idx"} & indexes
 
@@ -134,3 +134,15 @@ def test_an_upgrade_grants_the_doorbell_sequence_to_the_roles_that_used_its_tabl
                 conn.run(f"DROP OWNED BY {role}")
                 conn.run(f"DROP ROLE {role}")
         conn.close()
+
+
+def test_the_tags_and_meta_indexes_hold_only_jobs_that_have_them(sql):
+    # Partial: a job enqueued without tags or meta has no entry in them (its insert writes
+    # neither), and GIN, for containment (tags @> ..., meta @> ...).
+    found = {r["indexname"]: r["indexdef"] for r in sql(
+        "SELECT indexname, indexdef FROM pg_indexes "
+        "WHERE indexname IN ('jobs_tags_idx', 'jobs_meta_idx')")}
+    assert "USING gin (tags)" in found["jobs_tags_idx"]
+    assert found["jobs_tags_idx"].endswith("WHERE (tags IS NOT NULL)")
+    assert "USING gin (meta jsonb_path_ops)" in found["jobs_meta_idx"]
+    assert found["jobs_meta_idx"].endswith("WHERE (meta IS NOT NULL)")

@@ -87,6 +87,10 @@ def __getattr__(name: str) -> object:
         from .drain import record_failure
 
         return record_failure
+    if name == "bulk":  # actions by filter: for operators' code, not the enqueue path
+        import importlib
+
+        return importlib.import_module(".bulk", __name__)
     raise AttributeError(f"module 'pgdrain' has no attribute {name!r}")
 
 

@@ -9,6 +9,7 @@ says how far down it looked, and the next page goes on from there.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
@@ -33,8 +34,10 @@ PAGE_SECONDS = 0.15
 @dataclass(frozen=True)
 class JobFilter:
     """What a page of jobs selects; None matches all. ``search`` is a piece of the payload as
-    JSON text, any case; ages are seconds since the job was enqueued. ``statuses`` narrows to
-    the statuses an action applies to (a bulk action), within ``status``."""
+    JSON text, any case; ages are seconds since the job was enqueued. ``tags``: jobs with all
+    of them; ``meta``: jobs whose meta contains this object (``{"k": "v"}`` matches a meta
+    with ``"k": "v"`` among its keys). ``statuses`` narrows to the statuses an action applies
+    to (a bulk action), within ``status``."""
 
     status: str | None = None
     waiting_for: str | None = None
@@ -46,11 +49,15 @@ class JobFilter:
     older_than_seconds: float | None = None
     newer_than_seconds: float | None = None
     search: str | None = None
+    tags: tuple[str, ...] | None = None
+    meta: dict[str, Any] | None = None
     statuses: tuple[str, ...] | None = None
 
     def params(self) -> dict[str, Any]:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["statuses"] = None if self.statuses is None else list(self.statuses)
+        values["tags"] = list(self.tags) if self.tags else None
+        values["meta"] = json.dumps(self.meta, separators=(",", ":")) if self.meta else None
         return values
 
     def given(self) -> dict[str, Any]:

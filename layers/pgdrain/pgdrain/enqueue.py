@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -27,9 +27,13 @@ from .models import (
     MAX_DELAY_SECONDS,
     MAX_INT,
     MAX_JOB_ID,
+    MAX_META_BYTES,
     MAX_PARENTS,
+    MAX_TAG,
+    MAX_TAGS,
     MAX_TEXT,
     SMALLINT,
+    TAG_PATTERN,
     EnqueueResult,
     NewJob,
     ParentIndex,
@@ -59,6 +63,8 @@ def new_job(
     name: Any = None,
     depends_on: Any = None,
     after: Any = None,
+    tags: Any = None,
+    meta: Any = None,
     index: int | None = None,
 ) -> NewJob:
     """Validate one job's fields (``models.JOB_FIELDS``); raise InvalidJobError naming the field
@@ -105,7 +111,69 @@ def new_job(
         ordering_key=None if ordering_key is None else check.text("ordering_key", ordering_key,
                                                                    MAX_DEDUPE_KEY),
         tenant=None if tenant is None else check.text("tenant", tenant, MAX_TEXT),
+        tags=None if tags is None else tag_list(tags, check.bad),
+        meta_json=None if meta is None else meta_text(meta, check.bad),
     )
+
+
+def _invalid(name: str, message: str) -> InvalidJobError:
+    return InvalidJobError(message, field=name)
+
+
+def tag_list(tags: Any, bad: Callable[[str, str], Exception] = _invalid
+             ) -> tuple[str, ...] | None:
+    """``tags`` checked (``models.TAG_PATTERN``, at most MAX_TAGS of MAX_TAG characters), each
+    once in the order first given; None for none. ``bad(field, message)`` makes the error."""
+    if isinstance(tags, str | bytes | Mapping) or not isinstance(tags, Iterable):
+        raise bad("tags", "must be a list of tags (strings)")
+    kept: dict[str, None] = {}
+    for tag in tags:
+        problem = tag_problem(tag)
+        if problem is not None:
+            raise bad("tags", problem)
+        kept[tag] = None
+        if len(kept) > MAX_TAGS:
+            raise bad("tags", f"must be at most {MAX_TAGS} tags")
+    return tuple(kept) or None
+
+
+def tag_problem(tag: Any) -> str | None:
+    """Why ``tag`` cannot be a tag (None: it can)."""
+    if not isinstance(tag, str):
+        return f"each tag must be a string, not {type(tag).__name__}"
+    if not 1 <= len(tag) <= MAX_TAG:
+        return f"each tag must be 1 to {MAX_TAG} characters, not {len(tag):,}"
+    if not _TAG.fullmatch(tag):
+        return (f"{tag!r:.80} is not a tag: ASCII letters, digits and _ . : / @ + = -, "
+                "beginning with a letter or a digit")
+    return None
+
+
+_TAG = re.compile(TAG_PATTERN.removeprefix("^").removesuffix("$"))
+
+
+def meta_text(meta: Any, bad: Callable[[str, str], Exception] = _invalid
+              ) -> str | None:
+    """``meta`` as compact JSON text (None for none or ``{}``): a JSON object of at most
+    MAX_META_BYTES, without NUL. ``bad(field, message)`` makes the error."""
+    if not isinstance(meta, Mapping):
+        raise bad("meta", f"must be a JSON object, not {type(meta).__name__}")
+    if not meta:
+        return None
+    try:
+        text = json.dumps(dict(meta), allow_nan=False, separators=(",", ":"),
+                          ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise bad("meta", f"must be JSON-serialisable ({exc})"[:300]) from None
+    if "\x00" in text or _JSON_NUL.search(text):
+        raise bad("meta", "must not contain NUL characters (PostgreSQL jsonb rejects them)")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise bad("meta", "must be valid Unicode (it holds a lone surrogate)") from None
+    if size > MAX_META_BYTES:
+        raise bad("meta", f"is {size:,} bytes as JSON; the limit is {MAX_META_BYTES:,}")
+    return text
 
 
 def text_field(name: str, value: Any, limit: int) -> str:

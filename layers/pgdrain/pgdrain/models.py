@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from .results import encode_checkpoint, encode_progress
+from .results import decode_meta, encode_checkpoint, encode_progress
 
 
 class Status(enum.StrEnum):
@@ -59,6 +59,15 @@ MAX_SIGNAL_NAME = 500
 """Longest signal name (``WaitFor``, ``pgdrain.signal``)."""
 DEFAULT_SIGNAL_KEEP_SECONDS = 7 * 86400
 """How long a signal sent is kept for the jobs that wait for it later: a week."""
+MAX_TAGS = 16
+"""The most tags one job may have (``tags``)."""
+MAX_TAG = 64
+"""Longest tag."""
+TAG_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.:/@+=-]*$"
+"""What a tag is: ASCII letters, digits and ``_ . : / @ + = -``, beginning with a letter or a
+digit (never an option on a command line; no comma, no space), compared exactly (case too)."""
+MAX_META_BYTES = 4096
+"""Largest ``meta``, as compact JSON in UTF-8."""
 NO_NUL = "^[^\\u0000]*$"
 """A JSON schema pattern: text without NUL (PostgreSQL's text cannot hold one)."""
 DATE_TIME = {"type": "string", "format": "date-time"}
@@ -144,6 +153,17 @@ JOB_FIELDS: tuple[JobField, ...] = (
              "With depends_on: `done` (the default) runs the job once every parent is done, "
              "and cancels it if one ends failed or cancelled; `finished` runs it once every "
              "parent has ended, whatever the end (a batch's callback)."),
+    JobField("tags", {"anyOf": [{"type": "array", "maxItems": MAX_TAGS, "items": {
+                 "type": "string", "minLength": 1, "maxLength": MAX_TAG,
+                 "pattern": TAG_PATTERN}}, {"type": "null"}]},
+             f"Up to {MAX_TAGS} tags to find the job by (pgdrain list --tag, the bulk actions' "
+             f"filters): each 1 to {MAX_TAG} ASCII letters, digits and _ . : / @ + = -, "
+             "beginning with a letter or a digit, kept exactly as given; a repeated tag is "
+             "kept once, in the order first given."),
+    JobField("meta", {"anyOf": [{"type": "object"}, {"type": "null"}]},
+             f"A small JSON object about the job (at most {MAX_META_BYTES} bytes as compact "
+             "JSON), shown with it and matched by the filters' meta containment. Not the "
+             "payload: the handler gets it as job.meta."),
 )
 JOB_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in JOB_FIELDS)
 JOB_OPTION_NAMES: tuple[str, ...] = tuple(n for n in JOB_FIELD_NAMES
@@ -180,6 +200,10 @@ class NewJob:
     """Its parents: job ids, names of batch items, or batch positions."""
     after: str = "done"
     """What it waits for of its parents (AFTER_CHOICES)."""
+    tags: tuple[str, ...] | None = None
+    """Its tags (None: none), each once, in the order given."""
+    meta_json: str | None = None
+    """Its meta as compact JSON text (None: none, or an empty object)."""
     trace_context: str | None = None
     """The enqueuer's sampled trace context as JSON text (pgdrain.trace_context); None: the
     enqueue captures it."""
@@ -313,6 +337,10 @@ class Job:
     its parents are then in ``parents`` and ``parent_results``."""
     wait_result: str | None = None
     """What its last wait for a signal got, as the claim read it (JSON text): ``signal``."""
+    tag_list: list[str] | None = None
+    """The tags it was enqueued with, as the claim read them (None: none): ``tags``."""
+    meta_json: str | None = None
+    """The meta it was enqueued with, as JSON text (None: none): ``meta``."""
     trace_context: str | None = None
     """The enqueuer's trace context as the claim read it (JSON text; pgdrain.trace_context):
     the drain runs the job in a span under it."""
@@ -374,6 +402,20 @@ class Job:
         500 characters): shown by ``GET /jobs/{id}`` and ``pgdrain show``. Returns at once; the
         drain writes the latest report about every second while the job runs."""
         self.control.report(encode_progress(fraction, message))
+
+    @property
+    def tags(self) -> list[str]:
+        """The tags it was enqueued with (``enqueue(..., tags=)``), in order; [] if none."""
+        return list(self.tag_list or ())
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """Its metadata (``enqueue(..., meta=)``), a fresh copy; {} if none. ValueError if
+        plain SQL stored what Python cannot decode, or no object."""
+        value, problem = decode_meta(self.meta_json or "{}")
+        if problem is not None:
+            raise ValueError(f"job {self.id}'s meta: {problem}")
+        return value
 
     @property
     def idempotency_key(self) -> str:
@@ -599,3 +641,4 @@ class QueueStats:
 
     def total(self, status: str) -> int:
         return sum(by_status.get(status, 0) for by_status in self.counts.values())
+

@@ -101,11 +101,13 @@ def cancel(conn: Any, ids: Sequence[int]) -> dict[int, str]:
     return {i: found.get(i, "not_found") for i in wanted}
 
 
-def delete_jobs(conn: Any, ids: Sequence[int]) -> dict[int, str]:
+def delete_jobs(conn: Any, ids: Sequence[int], *, statuses: Sequence[str] | None = None
+                ) -> dict[int, str]:
     """Delete jobs by id (job_delete): for each id, ``deleted``, ``running`` (not deleted: its
-    drain holds it) or ``not_found``."""
+    drain holds it), another status not in ``statuses`` (None: any), or ``not_found``."""
     wanted = sorted({job_id(i) for i in ids})
-    rows = as_session(conn).rows("job_delete", ids=wanted) if wanted else []
+    rows = as_session(conn).rows("job_delete", ids=wanted, statuses=None if statuses is None
+                                 else list(statuses)) if wanted else []
     return {r["id"]: r["outcome"] for r in rows}
 
 

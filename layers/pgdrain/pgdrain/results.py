@@ -100,3 +100,15 @@ def encode_progress(fraction: Any, message: Any = None) -> str:
                              "characters, without NUL")
         report["message"] = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return json.dumps(report, ensure_ascii=False)
+
+
+def decode_meta(text: str) -> tuple[dict[str, Any], str | None]:
+    """A job's stored meta (JSON text) decoded: ``(object, None)``, or ``({}, why)`` when
+    Python cannot decode it or it is no object (plain SQL may store either)."""
+    try:
+        value: Any = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return {}, f"the stored JSON cannot be decoded: {str(exc)[:200]}"
+    if not isinstance(value, dict):
+        return {}, f"it is a JSON {type(value).__name__}, not an object"
+    return dict(value), None

@@ -66,6 +66,9 @@ def insert_jobs(conn: Any, rows: Sequence[NewJob]) -> list[dict[str, Any]]:
         "ordering_keys": [j.ordering_key for j in rows] if any(j.ordering_key for j in rows)
         else None,
         "tenants": [j.tenant for j in rows] if any(j.tenant for j in rows) else None,
+        "tags": [j.tags and ",".join(j.tags) for j in rows] if any(j.tags for j in rows)
+        else None,  # a tag holds no comma (models.TAG_PATTERN)
+        "metas": [j.meta_json for j in rows] if any(j.meta_json for j in rows) else None,
         "trace_contexts": [j.trace_context for j in rows]
         if any(j.trace_context for j in rows) else None,
     }
@@ -434,7 +437,7 @@ def get_job(conn: Any, ident: int) -> dict[str, Any] | None:
     row = as_session(conn).one("job_get", id=job_id(ident))
     if row is None:
         return None
-    for column in ("payload", "errors", "result", "progress", "state", "wait_result",
+    for column in ("payload", "errors", "result", "progress", "state", "wait_result", "meta",
                    "trace_context"):
         row[column], problem = decode_json(row[column])
         if problem:
@@ -503,12 +506,15 @@ def overview(conn: Any) -> list[dict[str, Any]]:
 
 def list_jobs(conn: Any, *, status: str | None = None, job_type: str | None = None,
               queue: str | None = None, since_seconds: float | None = None,
-              waiting_for: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+              waiting_for: str | None = None, limit: int = 50, tags: Sequence[str] | None = None,
+              meta: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The newest ``limit`` jobs matching the filters (None matches all), newest first;
-    ``waiting_for``: the jobs waiting for their ``parents`` or for a ``signal``."""
+    ``waiting_for``: the jobs waiting for their ``parents`` or for a ``signal``; ``tags``: all
+    of them; ``meta``: contained in the job's."""
     return as_session(conn).rows("job_list", status=status, job_type=job_type, queue=queue,
                                  since_seconds=since_seconds, waiting_for=waiting_for,
-                                 limit=limit)
+                                 limit=limit, tags=None if tags is None else list(tags),
+                                 meta=None if meta is None else json.dumps(meta))
 
 
 # --- queues set at run time (see pgdrain.control) -------------------------------------------

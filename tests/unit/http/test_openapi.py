@@ -124,6 +124,7 @@ def test_routes_operations_and_responses():
     paths = document["paths"]
     assert {path: sorted(k for k in ops if k != "parameters") for path, ops in paths.items()} == {
         "/jobs": ["post"], "/jobs/{id}": ["get"], "/jobs/{id}/retry": ["post"],
+        "/jobs/cancel": ["post"], "/jobs/requeue": ["post"], "/jobs/delete": ["post"],
         "/jobs/{id}/cancel": ["post"], "/queues/{queue}/pause": ["post"],
         "/queues/{queue}/resume": ["post"], "/queues/{queue}": ["put"],
         "/signals/{name}": ["post"], "/drain": ["post"]}
@@ -134,6 +135,8 @@ def test_routes_operations_and_responses():
     assert codes == {
         ("/jobs", "post"): {"200", "201", "400", "413", "415", "422", *failures, *gateway},
         ("/jobs/{id}", "get"): {"200", "400", "404", *failures, *gateway},
+        **{(f"/jobs/{action}", "post"): {"200", "400", "415", "422", *failures, *gateway}
+           for action in ("cancel", "requeue", "delete")},
         ("/jobs/{id}/retry", "post"): {"200", "400", "404", "409", *failures, *gateway},
         ("/jobs/{id}/cancel", "post"): {"200", "400", "404", "409", *failures, *gateway},
         ("/queues/{queue}/pause", "post"): {"200", "404", "422", *failures, *gateway},

@@ -18,7 +18,8 @@ def test_an_unknown_path_lists_the_routes():
     answer = service.no_route("GET", "/nope")
     assert answer.status == 404
     assert answer.body == {"error": "no route /nope", "details": {"routes": [
-        "POST /jobs", "GET /jobs/{id}", "POST /jobs/{id}/retry", "POST /jobs/{id}/cancel",
+        "POST /jobs", "POST /jobs/cancel", "POST /jobs/requeue", "POST /jobs/delete",
+        "GET /jobs/{id}", "POST /jobs/{id}/retry", "POST /jobs/{id}/cancel",
         "POST /queues/{queue}/pause", "POST /queues/{queue}/resume", "PUT /queues/{queue}",
         "POST /signals/{name}"]}}
 

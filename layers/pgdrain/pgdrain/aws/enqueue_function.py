@@ -47,7 +47,8 @@ class EnqueueFunction:
                                       wait_budget=self.wait_budget,
                                       # Behind a pooler a LISTEN would pin the session or
                                       # reach another client's backend: poll instead.
-                                      wait_listens=settings.prepared_statements)
+                                      wait_listens=settings.prepared_statements,
+                                      time_left=self.time_left)
         app.route(ANY_PATH, method=METHODS)(self._serve)
         # A method outside METHODS reaches no handler: answered the same way (405 or 404).
         app.exception_handler(NotFoundError)(self._no_route)

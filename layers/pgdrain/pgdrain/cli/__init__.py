@@ -24,6 +24,7 @@ from ..errors import PgdrainError, QueryFailed, server_text
 from ..models import Status
 from ..version import VERSION
 from . import arguments
+from . import bulk as bulk_options
 from .output import cell
 
 STATUSES = tuple(s.value for s in Status)
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="only jobs waiting for their parents (depends_on) or for a "
                               "signal (WaitFor)")
     _filters(listing)
+    bulk_options.tag_and_meta(listing)
     listing.add_argument("--since", type=arguments.duration, metavar="AGE",
                          help="only jobs changed in the last AGE (90s, 15m, 1h, 7d)")
     listing.add_argument("--limit", type=arguments.positive_int, default=50,
@@ -63,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--wait", type=arguments.wait_seconds, metavar="SECONDS",
                       help="wait up to SECONDS (at most 900) for the job to finish (done, "
                            "failed or cancelled), then show it; exit status 3 if it had not")
-    requeue = command("requeue", "give failed jobs a fresh set of attempts, due now (a redrive)")
+    requeue = command("requeue", "give failed jobs a fresh set of attempts, due now (a "
+                                 "redrive); by id, or the failed jobs a filter selects")
     requeue.add_argument("--id", type=arguments.job_id, action="append", dest="ids",
                          metavar="ID", help="a job id (repeatable)")
     _filters(requeue)
@@ -72,8 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     requeue.add_argument("--yes", action="store_true",
                          help="requeue them; without it, a requeue by type, queue or --all "
                               "only counts (by --id, it requeues at once)")
-    requeue.add_argument("--batch", type=arguments.positive_int, default=1000,
-                         help="jobs per statement (default 1000)")
+    bulk_options.add_filters(requeue, status=False, type_and_queue=False)
     purge = command("purge", "delete done or failed jobs older than an age: counts first, "
                              "deletes with --yes")
     purge.add_argument("--status", choices=("done", "failed", "cancelled"), required=True)
@@ -83,12 +85,19 @@ def _parser() -> argparse.ArgumentParser:
     purge.add_argument("--batch", type=arguments.positive_int, default=1000,
                        help="jobs per statement (default 1000)")
     cancel = command("cancel", "cancel jobs: a pending one never runs, a running one is asked "
-                               "to stop; exits 1 if one could not be")
-    cancel.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
-    delete = command("delete", "delete jobs by id (not running ones: cancel them first); "
-                               "shows what it would delete, deletes with --yes")
-    delete.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")
+                               "to stop; exits 1 if one could not be. By id, or every job a "
+                               "filter selects (counted first; --yes or a confirmation)")
+    cancel.add_argument("ids", type=arguments.job_id, nargs="*", metavar="ID")
+    cancel.add_argument("--yes", action="store_true",
+                        help="by filter: cancel them without asking (without it and without a "
+                             "terminal, only count)")
+    bulk_options.add_filters(cancel)
+    delete = command("delete", "delete jobs (not running ones: cancel them first) by id, or "
+                               "every job a filter selects; shows what it would delete, "
+                               "deletes with --yes (or, by filter, once confirmed)")
+    delete.add_argument("ids", type=arguments.job_id, nargs="*", metavar="ID")
     delete.add_argument("--yes", action="store_true", help="delete them")
+    bulk_options.add_filters(delete)
     run_now = command("run-now", "make pending jobs that wait (delayed, snoozed, backing off "
                                  "before a retry) due now; exits 1 if one could not be")
     run_now.add_argument("ids", type=arguments.job_id, nargs="+", metavar="ID")

@@ -34,7 +34,7 @@ MIGRATION_COLUMNS: Sequence[Column] = (
 LIST_COLUMNS: Sequence[Column] = (
     ("id", "ID"), ("job_type", "TYPE"), ("queue", "QUEUE"), ("status", "STATUS"),
     ("tries", "ATTEMPTS"), ("run_at", "RUN AT (UTC)"), ("updated_at", "UPDATED (UTC)"),
-    ("waits_for", "WAITS FOR"), ("last_error", "LAST ERROR"),
+    ("waits_for", "WAITS FOR"), ("tags", "TAGS"), ("last_error", "LAST ERROR"),
 )
 
 
@@ -114,16 +114,19 @@ def _resume_hint(name: str) -> str:
 
 
 def list_jobs(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from .bulk import merged_meta
+
     rows = store.list_jobs(conn, status=args.status, job_type=args.job_type, queue=args.queue,
                            since_seconds=args.since, waiting_for=args.waiting_for,
-                           limit=args.limit)
+                           limit=args.limit, tags=args.tags, meta=merged_meta(args.meta))
     if args.json:
         print(output.to_json(rows), file=out)
         return 0
     if not rows:
         print("no jobs match", file=out)
         return 0
-    shown = [{**r, "tries": f"{r['attempts']}/{r['max_attempts']}"} for r in rows]
+    shown = [{**r, "tries": f"{r['attempts']}/{r['max_attempts']}",
+              "tags": ",".join(r["tags"]) or None} for r in rows]
     print(output.table(shown, LIST_COLUMNS), file=out)
     if len(rows) == args.limit:
         print(f"\n(the newest {args.limit}; --limit shows more)", file=out)
@@ -152,7 +155,29 @@ def show(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _by_filter(name: str, conn: Any, args: argparse.Namespace, out: TextIO) -> int | None:
+    """The command's exit status when it was given a filter instead of ids (cli.bulk), None
+    when it was given ids; neither is refused (exit 2)."""
+    from . import bulk
+
+    if args.ids and bulk.filtering(args):
+        print(f"pgdrain {name}: give job ids or a filter, not both", file=output_errors(out))
+        return 2
+    if args.ids:
+        return None
+    if name != "requeue" and not bulk.filtering(args):
+        print(f"pgdrain {name}: give job ids, or a filter (--status, --type, --queue, --tag, "
+              "--meta, --tenant, --older-than, --newer-than)", file=output_errors(out))
+        return 2
+    return bulk.run(conn, name, args, out)
+
+
 def requeue(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    # By type and queue alone, the count and the requeue it always had (requeue_failed); any
+    # other filter, the bulk action's.
+    if any(getattr(args, n) is not None for n in ("tenant", "tags", "meta", "older_than",
+                                                  "newer_than")):
+        return _by_filter("requeue", conn, args, out) or 0
     if not args.ids:  # every failed job, or those of a type or queue: count first, as purge
         found = operator_store.count_failed(conn, job_type=args.job_type, queue=args.queue)
         _known_names(found, args)
@@ -201,6 +226,9 @@ def _why_not_requeued(conn: Any, ident: int) -> str:
 
 
 def delete(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    by_filter = _by_filter("delete", conn, args, out)
+    if by_filter is not None:
+        return by_filter
     if not args.yes:
         jobs = {i: store.get_job(conn, i) for i in sorted(set(args.ids))}
         plan = {i: ("not_found" if j is None else "running" if j["status"] == "running"
@@ -329,6 +357,9 @@ def purge(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cancel(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
+    by_filter = _by_filter("cancel", conn, args, out)
+    if by_filter is not None:
+        return by_filter
     outcomes = operator_store.cancel(conn, args.ids)
     if args.json:
         print(output.to_json({str(i): o for i, o in outcomes.items()}), file=out)

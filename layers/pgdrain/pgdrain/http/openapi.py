@@ -400,6 +400,9 @@ def _job_view_schema() -> dict[str, Any]:
                 "payload": {}, "at": _DATE_TIME}}, "What its last wait for a signal got "
                                                   "(job.signal): the payload, or a timeout "
                                                   "(received false)."),
+            "tags": {"type": "array", "items": {"type": "string"},
+                     "description": "Its tags, in the order given; [] if none."},
+            "meta": {"type": "object", "description": "Its metadata; {} if none."},
             "trace_context": nullable({"type": "object", "properties": {
                 "xray": {"type": "string"}, "traceparent": {"type": "string"},
                 "tracestate": {"type": "string"}}}, "The enqueuer's sampled trace context "
@@ -412,7 +415,7 @@ def _job_view_schema() -> dict[str, Any]:
                      "updated_at", "lost_claims", "started_at", "cancel_requested_at",
                      "expires_at", "result", "progress", "ordering_key", "tenant", "state",
                      "parents", "children", "parents_left", "after_parents", "cancelled_by",
-                     "wait_signal", "wait_result", "trace_context"],
+                     "wait_signal", "wait_result", "tags", "meta", "trace_context"],
     }
 
 

@@ -10,8 +10,11 @@ from ..models import (
     DEFAULT_SIGNAL_KEEP_SECONDS,
     MAX_DELAY_SECONDS,
     MAX_INT,
+    MAX_JOB_ID,
     MAX_SIGNAL_NAME,
+    MAX_TAGS,
     MAX_TEXT,
+    Status,
 )
 from ..results import MAX_SIGNAL_PAYLOAD_BYTES
 from .routes import routes_of
@@ -164,8 +167,65 @@ _SIGNAL_PARAMETER: dict[str, Any] = {
                    "a job waits for (`raise pgdrain.WaitFor(name, timeout=...)`).",
     "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SIGNAL_NAME}}
 _ENQUEUED = {"application/json": {"schema": {"$ref": _REF + "EnqueueResult"}}}
+_BULK_FILTER: dict[str, Any] = {
+    "type": "object", "additionalProperties": False,
+    "description": "Every field given must match (none: every job the action applies to).",
+    "properties": {
+        "status": {"type": "string", "enum": [s.value for s in Status]},
+        "job_type": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT},
+        "queue": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT},
+        "tenant": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT},
+        "tags": {"type": "array", "maxItems": MAX_TAGS, "items": {"type": "string"},
+                 "description": "Jobs with all of these tags."},
+        "meta": {"type": "object", "description": "Jobs whose meta contains this object "
+                                                  "(JSON containment)."},
+        "older_than_seconds": {"type": "number", "minimum": 0,
+                               "description": "Enqueued more than this long ago."},
+        "newer_than_seconds": {"type": "number", "minimum": 0,
+                               "description": "Enqueued less than this long ago."}}}
+
+
+def _bulk(action: str, applies: str) -> dict[str, Any]:
+    return {
+        "description": f"Two calls. With `filter` alone: how many jobs it selects among those "
+                       f"this action applies to ({applies}), and `upto`, the highest id "
+                       f"counted; nothing changes. With `upto` too: {action} those jobs, none "
+                       "enqueued since, a batch (one short transaction, never waiting long "
+                       "for a drain's lock) at a time, for at most half the call's time; "
+                       "`next_upto` (null when done) is the `upto` of the next call.",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "additionalProperties": False, "required": ["filter"],
+            "properties": {"filter": _BULK_FILTER,
+                           "upto": {"type": "integer", "minimum": 0, "maximum": MAX_JOB_ID},
+                           "batch": {"type": "integer", "minimum": 1, "maximum": 10000,
+                                     "default": 1000}}}}}},
+        "responses": {
+            "200": {"description": "The count (no upto), or what was done.",
+                    "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["action", "upto"],
+                        "properties": {
+                            "action": {"type": "string"},
+                            "count": {"type": "integer"}, "complete": {"type": "boolean"},
+                            "statuses": {"type": "array", "items": {"type": "string"}},
+                            "upto": {"type": "integer"}, "jobs": {"type": "integer"},
+                            "outcomes": {"type": "object", "additionalProperties": {
+                                "type": "integer"}},
+                            "next_upto": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                            "stopped": {"anyOf": [{"type": "string", "enum": ["time", "busy"]},
+                                                  {"type": "null"}]}}}}}},
+            "400": _ref_response("BadRequest"),
+            "415": _ref_response("UnsupportedMediaType"),
+            "422": _ref_response("Unprocessable"),
+        },
+    }
+
+
 # What each operation takes and answers, beyond what every one answers (500, 503, 403, 429).
 _OPERATIONS: dict[str, dict[str, Any]] = {
+    "cancelJobs": _bulk("cancel", "pending, running and waiting jobs; a running one is asked "
+                                  "to stop"),
+    "requeueJobs": _bulk("requeue", "failed jobs"),
+    "deleteJobs": _bulk("delete", "every job but a running one"),
     "enqueueJobs": {
         "parameters": [{"$ref": "#/components/parameters/IdempotencyKey"}],
         "requestBody": {

@@ -315,6 +315,8 @@ def _job(item: Any, index: int | None, key: str | None, registry: Registry,
         "name": item.get("name"),
         "depends_on": item.get("depends_on"),
         "after": item.get("after"),
+        "tags": item.get("tags"),
+        "meta": item.get("meta"),
     }
     for name in ("delay_seconds", "ttl_seconds", "unique_for", "debounce"):
         if isinstance(options[name], float) and not math.isfinite(options[name]):

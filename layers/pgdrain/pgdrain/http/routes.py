@@ -43,6 +43,15 @@ class Route:
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/jobs", "enqueueJobs", "Enqueue one job, or a batch in one transaction",
           "enqueue"),
+    Route("POST", "/jobs/cancel", "cancelJobs",
+          "Cancel every job a filter selects: count first, then act up to the id counted",
+          "enqueue"),
+    Route("POST", "/jobs/requeue", "requeueJobs",
+          "Requeue every failed job a filter selects: count first, then act up to the id "
+          "counted", "enqueue"),
+    Route("POST", "/jobs/delete", "deleteJobs",
+          "Delete every job a filter selects (never a running one): count first, then act up "
+          "to the id counted", "enqueue"),
     Route("GET", "/jobs/{id}", "getJob", "A job's state, lease and error history", "enqueue"),
     Route("POST", "/jobs/{id}/retry", "retryJob",
           "Requeue a failed job with a fresh set of attempts, due now", "enqueue"),

@@ -84,7 +84,8 @@ class EnqueueApi:
 
     def __init__(self, *, registry: Registry, limits: Limits,
                  session: Callable[[], Session],
-                 wait_budget: Callable[[], float] | None = None, wait_listens: bool = True):
+                 wait_budget: Callable[[], float] | None = None, wait_listens: bool = True,
+                 time_left: Callable[[], float] | None = None):
         self.registry = registry
         self.limits = limits
         self.session = session
@@ -93,6 +94,8 @@ class EnqueueApi:
         None: as long as asked."""
         self.wait_listens = wait_listens
         """Whether a ``?wait=`` LISTENs (not behind a pooler: ``pgdrain.wait``'s ``listen``)."""
+        self.time_left = time_left or (lambda: 20.0)
+        """The invocation's seconds left (a bulk action acts for half of them)."""
 
     def handle(self, operation_id: str, request: Request) -> Response:
         """Serve the route ``operation_id`` (``http.routes``); raises ApiError to refuse."""
@@ -115,6 +118,8 @@ class EnqueueApi:
             return self.send_signal(request.path_params["name"], request.body,
                                     base64_encoded=request.base64_encoded,
                                     content_type=request.headers.get("content-type"))
+        if operation_id in ("cancelJobs", "requeueJobs", "deleteJobs"):
+            return self.bulk(operation_id, request)
         if operation_id in ("pauseQueue", "resumeQueue"):
             return self.set_paused(request.path_params["queue"],
                                    paused=operation_id == "pauseQueue")
@@ -215,6 +220,23 @@ class EnqueueApi:
         assert job is not None
         return Response(200, job_view(job), metrics={"JobsCancelled": 1},
                         log=LogLine("info", "cancel", {"id": ident, "outcome": outcome}))
+
+    def bulk(self, operation_id: str, request: Request) -> Response:
+        """``POST /jobs/cancel|requeue|delete``: count what a filter selects (no ``upto``),
+        or act on it up to ``upto`` (http.bulk_api)."""
+        from . import bulk_api
+
+        match, upto, batch = bulk_api.parse(
+            request.body, base64_encoded=request.base64_encoded,
+            content_type=request.headers.get("content-type"))
+        body = bulk_api.answer(self.session(), operation_id, match, upto, batch,
+                               self.time_left)
+        acted = body.get("outcomes", {})
+        return Response(200, body, metrics={"BulkJobs": body.get("jobs", 0)},
+                        ring=bool(acted.get("requeued")),
+                        log=LogLine("info", f"bulk {body['action']}", {
+                            "filter": match.given(), "upto": upto, "outcomes": acted,
+                            "next_upto": body.get("next_upto")}))
 
     def set_paused(self, queue: str, *, paused: bool) -> Response:
         """``POST /queues/{queue}/pause`` and ``/resume``: 200 with the queue's state; 404 for

@@ -70,7 +70,8 @@ LIMIT b.take
 SELECT json_agg(json_build_array(
            id, job_type, payload, attempts, max_attempts, queue, priority, run_at::text,
            created_at::text, claimed_at::text, lease_expires_at::text, lease_token,
-           dedupe_key, lost_claims, tenant, after_parents, wait_result, trace_context)
+           dedupe_key, lost_claims, tenant, after_parents, wait_result, tag_list, meta_json,
+           trace_context)
        ORDER BY priority, run_at, id)::text AS jobs
 FROM claimed
 
@@ -89,12 +90,14 @@ claimed AS (
 -- What every claim returns of each job it claimed (models.Job). The payload comes back as
 -- text, decoded job by job: a row inserted by plain SQL that the driver cannot decode (a
 -- 5,000-digit number, an array nested 3,000 deep) fails alone instead of the whole batch;
--- wait_result too (what its last wait for a signal got: job.signal), NULL for most jobs, and
--- trace_context (the enqueuer's trace: pgdrain.job_spans), NULL for most jobs.
+-- wait_result too (what its last wait for a signal got: job.signal), NULL for most jobs;
+-- tags and meta (job.tags, job.meta), NULL for a job enqueued without them; trace_context
+-- (the enqueuer's trace: pgdrain.job_spans), NULL for most jobs.
 j.id, j.job_type, j.payload::text AS payload, j.attempts, j.max_attempts, j.queue,
 j.priority, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at,
 j.lease_token::text AS lease_token, j.dedupe_key, j.lost_claims, j.tenant, j.after_parents,
-j.wait_result::text AS wait_result, j.trace_context::text AS trace_context
+j.wait_result::text AS wait_result, j.tags AS tag_list, j.meta::text AS meta_json,
+j.trace_context::text AS trace_context
 
 -- fragment: job_claim_set(j)
 -- What every claim writes: running, an attempt spent, the lease stamped with a fresh token;
@@ -143,20 +146,22 @@ AND (:queues::text[] IS NULL OR j.queue = ANY (:queues::text[]))
 -- fragment: job_enqueue_rows
 -- The rows of an enqueue, from the batch's arrays, in input order (job_enqueue_batch,
 -- job_enqueue_batch_unkeyed). An array passed as NULL (unused: no job of the batch sets it)
--- is padded by unnest with NULLs.
+-- is padded by unnest with NULLs. A job's tags come as one text, comma-separated (a tag holds
+-- no comma): unnest would flatten an array of arrays.
 INSERT INTO jobs (job_type, payload, queue, priority, max_attempts, run_at, dedupe_key,
-                  expires_at, ordering_key, tenant, trace_context)
+                  expires_at, ordering_key, tenant, tags, meta, trace_context)
 SELECT i.job_type, i.payload, i.queue, i.priority, i.max_attempts,
        COALESCE(i.run_at, now() + make_interval(secs => i.delay_seconds)), i.dedupe_key,
        COALESCE(i.expires_at, now() + make_interval(secs => i.ttl_seconds)),
-       i.ordering_key, i.tenant, i.trace_context
+       i.ordering_key, i.tenant, string_to_array(i.tags, ','), i.meta, i.trace_context
 FROM unnest(:job_types::text[], :payloads::jsonb[], :queues::text[], :priorities::smallint[],
             :max_attempts::int[], :run_ats::timestamptz[], :delays::float8[],
             :dedupe_keys::text[], :expires_ats::timestamptz[], :ttls::float8[],
-            :ordering_keys::text[], :tenants::text[], :trace_contexts::jsonb[])
+            :ordering_keys::text[], :tenants::text[], :tags::text[], :metas::jsonb[],
+            :trace_contexts::jsonb[])
      WITH ORDINALITY AS i(job_type, payload, queue, priority, max_attempts, run_at,
                           delay_seconds, dedupe_key, expires_at, ttl_seconds, ordering_key,
-                          tenant, trace_context, ord)
+                          tenant, tags, meta, trace_context, ord)
 ORDER BY i.ord
 
 -- fragment: job_ordering_head(j)
@@ -176,7 +181,8 @@ ORDER BY i.ord
 -- :before_id). :search is a piece of the payload as JSON text, any case (its `%` and `_`
 -- are plain characters: strpos, not LIKE). :statuses narrows to the statuses a bulk action
 -- applies to. :older_than_seconds and :newer_than_seconds are
--- the job's age since it was enqueued.
+-- the job's age since it was enqueued. :tags: all of them (jobs_tags_idx); :meta: contained
+-- in the job's meta (jobs_meta_idx).
 j.id < :before_id::bigint AND j.id >= :floor_id::bigint
 AND (:status::text IS NULL OR j.status = :status::text)
 AND (:statuses::text[] IS NULL OR j.status = ANY (:statuses::text[]))
@@ -192,6 +198,8 @@ AND (:older_than_seconds::float8 IS NULL
 AND (:newer_than_seconds::float8 IS NULL
      OR j.created_at > now() - make_interval(secs => :newer_than_seconds::float8))
 AND (:search::text IS NULL OR strpos(lower(j.payload::text), lower(:search::text)) > 0)
+AND (:tags::text[] IS NULL OR j.tags @> :tags::text[])
+AND (:meta::jsonb IS NULL OR j.meta @> :meta::jsonb)
 
 -- fragment: job_queue_plain(j)
 -- The job's queue is neither paused nor capped nor rate-limited (pgdrain_queues, read once
@@ -254,6 +262,14 @@ woken AS (
     FROM pgdrain_waiters AS w
     WHERE w.job_id = ANY (:ids::bigint[])
 )
+
+-- name: bulk_bounds
+-- Bound the statements of one batch of a bulk action (pgdrain.bulk), transaction-local: a row
+-- lock waited for at most :lock_ms (below deadlock_timeout, so that in a lock cycle with a
+-- drain the batch is the one that gives up, and is tried again), a statement at most
+-- :statement_ms.
+SELECT set_config('lock_timeout', :lock_ms::int::text, true) AS lock_timeout,
+       set_config('statement_timeout', :statement_ms::int::text, true) AS statement_timeout
 
 -- name: clock_advance
 -- pgdrain.testing.advance: the queue as it would be :seconds from now, without waiting. Every
@@ -1426,14 +1442,17 @@ RETURNING id
 
 -- name: job_delete
 -- Delete jobs by id, one statement, unless running (its drain holds it: cancel it first, or
--- let it finish). Each id given comes back with what happened to it: deleted (it was
--- pending, done, failed or cancelled; the status it had), running, or not_found.
+-- let it finish), and only in one of :statuses (NULL: any; a bulk action's filter, checked
+-- again here in case the job moved on since it was selected). Each id given comes back with
+-- what happened to it: deleted (it was pending, done, failed or cancelled; the status it had),
+-- its status when not deleted (running, or not in :statuses), or not_found.
 WITH given AS (
     SELECT DISTINCT g.id FROM unnest(:ids::bigint[]) AS g(id)
 ), deleted AS (
     DELETE FROM jobs AS j
     USING given AS g
     WHERE j.id = g.id AND j.status <> 'running'
+      AND (:statuses::text[] IS NULL OR j.status = ANY (:statuses::text[]))
     RETURNING j.id, j.status
 )
 SELECT g.id,
@@ -1580,7 +1599,8 @@ SELECT id, job_type, payload::text AS payload, status, attempts, max_attempts, r
        finished_at, updated_at, lost_claims, started_at, cancel_requested_at, expires_at,
        result::text AS result, progress::text AS progress, ordering_key, tenant,
        state::text AS state, parents_left, after_parents, cancelled_by, wait_signal,
-       wait_result::text AS wait_result, trace_context::text AS trace_context,
+       wait_result::text AS wait_result, coalesce(tags, '{}') AS tags,
+       coalesce(meta, '{}')::text AS meta, trace_context::text AS trace_context,
        (SELECT json_agg(json_build_object('id', e.parent_id,
                                           'status', coalesce(e.parent_status, p.status))
                         ORDER BY e.parent_id)::text
@@ -1642,15 +1662,18 @@ LIMIT 1
 -- name: job_list
 -- The newest jobs matching the filters (NULL matches all), for `pgdrain list`; :since_seconds
 -- keeps those changed in that many seconds, :waiting_for the jobs waiting for their parents
--- ('parents') or for a signal ('signal'). The last error is cut short: `pgdrain show` has it
--- whole.
+-- ('parents') or for a signal ('signal'), :tags those with all of these tags, :meta those whose
+-- meta contains it. The last error is cut short: `pgdrain show` has it whole.
 SELECT id, job_type, queue, status, priority, attempts, max_attempts, run_at, created_at,
        updated_at, finished_at, left(last_error, 500) AS last_error,
        CASE WHEN status = 'waiting'
             THEN coalesce('signal ' || wait_signal, parents_left || ' parent(s)') END
-           AS waits_for
+           AS waits_for,
+       coalesce(tags, '{}') AS tags, coalesce(meta, '{}') AS meta
 FROM jobs
 WHERE (:status::text IS NULL OR status = :status::text)
+  AND (:tags::text[] IS NULL OR tags @> :tags::text[])
+  AND (:meta::jsonb IS NULL OR meta @> :meta::jsonb)
   AND (:waiting_for::text IS NULL
        OR (status = 'waiting' AND (wait_signal IS NOT NULL) = (:waiting_for::text = 'signal')))
   AND (:job_type::text IS NULL OR job_type = :job_type::text)
@@ -1804,7 +1827,7 @@ ORDER BY queue, job_type
 -- The caller moves the window down until the page is full or its time is spent.
 SELECT id, job_type, queue, status, priority, attempts, max_attempts, run_at, created_at,
        updated_at, finished_at, tenant, ordering_key, dedupe_key,
-       left(last_error, 300) AS last_error,
+       left(last_error, 300) AS last_error, coalesce(tags, '{}') AS tags,
        CASE WHEN status = 'waiting'
             THEN coalesce('signal ' || wait_signal, parents_left || ' parent(s)') END
            AS waits_for
