@@ -26,12 +26,15 @@ from .errors import (
     HandlerTimeout,
     InvalidJobError,
     InvalidJobId,
+    InvalidSchedule,
     InvalidSignal,
     MigrationError,
     PgdrainError,
     QueryFailed,
+    ScheduleConflict,
     Snooze,
     UnknownQueue,
+    UnknownSchedule,
     WaitFor,
 )
 from .janitor import run_janitor
@@ -51,7 +54,7 @@ from .models import (
 from .operator_store import cancel, requeue_failed
 from .policy import Backoff, TypePolicy
 from .registry import REGISTRY, Handler, Registry, Schedule, job, load_job_modules
-from .scheduler import schedule
+from .scheduler import list_schedules, schedule
 from .settings import Settings
 from .settings import read as _read_setting
 from .signals import SignalSent, signal
@@ -65,6 +68,12 @@ from .store import (
     release,
     retry,
     stats,
+)
+from .stored_schedules import (
+    delete_schedule,
+    get_schedule,
+    pause_schedule,
+    resume_schedule,
 )
 from .version import VERSION as __version__
 
@@ -104,6 +113,7 @@ __all__ = [
     "HandlerTimeout",
     "InvalidJobError",
     "InvalidJobId",
+    "InvalidSchedule",
     "InvalidSignal",
     "JanitorResult",
     "Job",
@@ -115,6 +125,7 @@ __all__ = [
     "QueueStats",
     "Registry",
     "Schedule",
+    "ScheduleConflict",
     "Settings",
     "Signal",
     "SignalSent",
@@ -122,6 +133,7 @@ __all__ = [
     "Status",
     "TypePolicy",
     "UnknownQueue",
+    "UnknownSchedule",
     "WaitFor",
     "Written",
     "__version__",
@@ -129,21 +141,26 @@ __all__ = [
     "cancel",
     "claim",
     "complete",
+    "delete_schedule",
     "enqueue",
     "enqueue_atomically",
     "enqueue_many",
     "fail",
     "finish_many",
     "get_job",
+    "get_schedule",
     "job",
+    "list_schedules",
     "load_job_modules",
     "new_job",
     "pause",
+    "pause_schedule",
     "paused_queues",
     "record_failure",
     "release",
     "requeue_failed",
     "resume",
+    "resume_schedule",
     "retry",
     "run_janitor",
     "schedule",
