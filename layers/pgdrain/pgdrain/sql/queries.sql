@@ -511,8 +511,8 @@ FROM (VALUES
     (4, 'app', 'SELECT, INSERT', 'pgdrain_hooked_types'),
     (5, 'app', 'SELECT, UPDATE', 'pgdrain_drain_launches'),
     (6, 'app', 'SELECT, INSERT, UPDATE, DELETE',
-     'pgdrain_done_counts, pgdrain_schedule_declarations, job_edges, pgdrain_signals'),
-    (7, 'app', 'SELECT, INSERT, UPDATE, DELETE', 'pgdrain_schedules'),
+     'pgdrain_done_counts, pgdrain_schedule_declarations, job_edges, pgdrain_signals, '
+     'pgdrain_schedules'),
     (1, 'enqueue', 'SELECT, INSERT, UPDATE', 'jobs'),
     (2, 'enqueue', 'SELECT, UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'enqueue', 'SELECT, INSERT, UPDATE', 'pgdrain_queues'),
