@@ -6,9 +6,10 @@
 -- partial index below, one probe however many customers have a report scheduled. A paused
 -- entry has no next_tick (it is not in the index). A declared entry's row keeps its shape
 -- (source 'declared', only last_tick and last_job_id); it never has a next_tick.
--- The table holds one row per declared entry until now: small, so the ALTERs below take their
--- lock for an instant (new columns are nullable, or with a constant default: nothing is
--- rewritten), and the index is built concurrently all the same.
+-- The table holds one row per declared entry until now (a few dozen): small, so the file runs
+-- in one transaction whatever the size of jobs, and its locks on pgdrain_schedules last an
+-- instant (the new columns are nullable or have a constant default: nothing is rewritten; the
+-- index and the check read a few rows). A drain's tick waits that instant, nothing more.
 ALTER TABLE pgdrain_schedules ALTER COLUMN last_tick DROP NOT NULL;
 ALTER TABLE pgdrain_schedules
     ADD COLUMN IF NOT EXISTS source     text NOT NULL DEFAULT 'declared',
@@ -20,14 +21,14 @@ ALTER TABLE pgdrain_schedules
     ADD COLUMN IF NOT EXISTS next_tick  timestamptz,
     ADD COLUMN IF NOT EXISTS paused_at  timestamptz,
     ADD COLUMN IF NOT EXISTS created_at timestamptz;
-ALTER TABLE pgdrain_schedules DROP CONSTRAINT IF EXISTS pgdrain_schedules_stored_check;
-ALTER TABLE pgdrain_schedules ADD CONSTRAINT pgdrain_schedules_stored_check CHECK (
+ALTER TABLE pgdrain_schedules DROP CONSTRAINT IF EXISTS pgdrain_schedules_stored_check,
+    ADD CONSTRAINT pgdrain_schedules_stored_check CHECK (
     source = 'declared' AND cron IS NULL AND next_tick IS NULL AND paused_at IS NULL
     OR source = 'stored' AND cron IS NOT NULL AND job_type IS NOT NULL AND payload IS NOT NULL
        AND options IS NOT NULL AND created_at IS NOT NULL
        AND (next_tick IS NULL) = (paused_at IS NOT NULL));
 
-CREATE INDEX CONCURRENTLY IF NOT EXISTS pgdrain_schedules_next_tick_idx
+CREATE INDEX IF NOT EXISTS pgdrain_schedules_next_tick_idx
     ON pgdrain_schedules (next_tick) WHERE next_tick IS NOT NULL;
 
 -- Who enqueues may now schedule (the enqueue API's PUT /schedules/{name}), and who schedules
