@@ -30,6 +30,9 @@ from ..registry import Registry
 from .requests import ApiError, Limits, parse_enqueue, parse_queue_settings, parse_signal
 from .routes import ROUTES, allowed_methods
 
+SCHEDULE_OPERATIONS = frozenset(("listSchedules", "getSchedule", "setSchedule",
+                                 "deleteSchedule", "pauseSchedule", "resumeSchedule"))
+
 BAD_ID = "the job id must be an integer from 1 to 9223372036854775807"
 
 
@@ -99,6 +102,12 @@ class EnqueueApi:
             return self.send_signal(request.path_params["name"], request.body,
                                     base64_encoded=request.base64_encoded,
                                     content_type=request.headers.get("content-type"))
+        if operation_id in SCHEDULE_OPERATIONS:
+            from .schedule_routes import serve
+
+            return serve(self.session, operation_id, request.path_params.get("name"),
+                         request.body, base64_encoded=request.base64_encoded,
+                         content_type=request.headers.get("content-type"))
         if operation_id in ("pauseQueue", "resumeQueue"):
             return self.set_paused(request.path_params["queue"],
                                    paused=operation_id == "pauseQueue")
