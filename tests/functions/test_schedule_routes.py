@@ -60,9 +60,9 @@ def test_the_event_files_create_list_pause_and_delete_a_schedule(app, sql):
     status, body = call(app, load_event("schedule_pause.json"))
     assert (status, body["paused"], body["next_run"]) == (200, True, None)
     assert stored(sql)[0]["paused"] is True
-    status, body = call(app, schedule_event("report:customer-42", "POST", "resume"))
+    status, body = call(app, load_event("schedule_resume.json"))
     assert (status, body["paused"]) == (200, False)
-    status, body = call(app, schedule_event("report:customer-42", "GET"))
+    status, body = call(app, load_event("schedule_get.json"))
     assert (status, body["name"]) == (200, "report:customer-42")
     status, body = call(app, load_event("schedule_delete.json"))
     assert (status, body) == (200, {"name": "report:customer-42", "deleted": True})

@@ -52,8 +52,8 @@ def serve(session: Callable[[], Session], operation_id: str, name: str | None,
             return Response(201 if created else 200, job_view(entry),
                             metrics={"SchedulesSet": 1},
                             log=LogLine("info", "schedule set", {
-                                "schedule": name, "schedule_created": created, "cron": entry["cron"],
-                                "job_type": entry["job_type"]}))
+                                "schedule": name, "schedule_created": created,
+                                "cron": entry["cron"], "job_type": entry["job_type"]}))
         if operation_id == "getSchedule":
             return Response(200, job_view(stored.get_schedule(session(), name)),
                             metrics={"ScheduleLookups": 1})
