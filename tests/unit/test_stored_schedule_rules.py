@@ -101,3 +101,13 @@ def test_an_invalid_stored_entry_is_refused_before_the_connection_is_used():
 
     with pytest.raises(pgdrain.InvalidSchedule):
         pgdrain.schedule(Untouchable(), "0 * * * *", "report", name="x", colour="red")
+
+
+def test_a_pass_with_nothing_declared_and_nothing_due_runs_no_statement():
+    from pgdrain.scheduler import enqueue_due
+
+    class Untouchable:
+        def run(self, *args, **kwargs):
+            raise AssertionError("no statement when no schedule is declared nor due")
+
+    assert enqueue_due(Untouchable(), pgdrain.Registry(), stored_due=False) == 0
