@@ -92,6 +92,11 @@ def main() -> None:
         connector.discard()
         print(f"| {args.stored:,} stored, {args.due} due (their jobs run too) | "
               f"{_ms(due_passes)} | |")
+        conn.run("DELETE FROM pgdrain_schedules")
+        conn.run("DELETE FROM jobs")
+        conn.run("VACUUM ANALYZE pgdrain_schedules")
+        print(f"| none stored again (deleted) | {_ms(_pass(url, registry, args.rounds))} | "
+              f"{_ms(_look(conn, args.rounds * 10))} |")
         print(f"\ncreate one (pgdrain.schedule(conn, ...)): median {_ms(created)}, "
               f"p99 {sorted(created)[int(len(created) * 0.99)] * 1000:.2f} ms")
         plan = conn.run("EXPLAIN SELECT name FROM pgdrain_schedules WHERE next_tick <= now() "
