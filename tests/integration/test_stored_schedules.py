@@ -217,3 +217,24 @@ def test_eight_drains_racing_on_a_stored_tick_enqueue_it_exactly_once(database_u
     ticks = sql("SELECT run_at, count(*) AS n FROM jobs GROUP BY 1 ORDER BY 1")
     assert all(t["n"] == 1 for t in ticks), ticks
     assert sum(s.scheduled for s in summaries) == len(ticks) <= 2
+
+
+def test_a_payload_its_types_model_refuses_is_refused_when_stored(conn, sql, monkeypatch):
+    # The process's job modules declare the type's payload model (the enqueue function loads
+    # PGDRAIN_JOBS): a stored schedule's payload is checked as an enqueue's would be.
+    import sys
+    from dataclasses import dataclass
+
+    @dataclass
+    class Report:
+        customer: int
+
+    registry = Registry()
+    pgdrain.job("typed-report", payload=Report, registry=registry)(lambda job: None)
+    monkeypatch.setattr(sys.modules["pgdrain.stored_schedules"], "REGISTRY", registry)
+    with pytest.raises(pgdrain.InvalidSchedule) as refused:
+        pgdrain.schedule(conn, "0 9 * * *", "typed-report", {"customer": "x"}, name="t")
+    assert refused.value.field.startswith("payload")
+    assert sql("SELECT count(*) AS n FROM pgdrain_schedules") == [{"n": 0}]
+    made = pgdrain.schedule(conn, "0 9 * * *", "typed-report", Report(7), name="t")
+    assert made["payload"] == {"customer": 7}

@@ -94,7 +94,8 @@ def checked(name: Any, cron: Any, job_type: Any, payload: Any, tz: Any,
     if tz is not None and not isinstance(tz, str):
         raise InvalidSchedule(f"must be a time zone's name like 'Europe/Paris', not {tz!r}",
                               field="tz")
-    if payload is not None and not isinstance(payload, dict):
+    if payload is not None and not isinstance(payload, dict) and not _is_model(job_type,
+                                                                              payload):
         raise InvalidSchedule("a schedule's payload is a dict (a JSON object)", field="payload")
     from .cron import CronError, parse  # only processes that schedule pay for it
 
@@ -104,10 +105,29 @@ def checked(name: Any, cron: Any, job_type: Any, payload: Any, tz: Any,
         raise InvalidSchedule(str(exc), field="tz" if tz and "zone" in str(exc) else "cron"
                               ) from None
     try:
-        job = new_job(job_type, payload, **options)
+        job = new_job(job_type, _modelled(job_type, payload), **options)
     except InvalidJobError as exc:
         raise InvalidSchedule(str(exc), field=exc.field) from None
     return name, parsed, job.job_type, job.payload_json, dict(options)
+
+
+def _is_model(job_type: Any, payload: Any) -> bool:
+    handler = REGISTRY.get(job_type) if isinstance(job_type, str) else None
+    return bool(handler and handler.payload_model and isinstance(payload,
+                                                                 handler.payload_model))
+
+
+def _modelled(job_type: Any, payload: Any) -> Any:
+    """``payload`` checked by its type's payload model, when a handler registered in this
+    process declares one (as ``pgdrain.enqueue`` and the enqueue API check it), as JSON data."""
+    handler = REGISTRY.get(job_type) if isinstance(job_type, str) else None
+    if handler is None or handler.payload_model is None:
+        return payload
+    from .payload import dump, parse
+
+    if not isinstance(payload, handler.payload_model):
+        payload = parse(handler.payload_model, {} if payload is None else payload)
+    return dump(payload)
 
 
 def set_schedule(conn: Any, name: Any, cron: Any, job_type: Any, payload: Any = None, *,
