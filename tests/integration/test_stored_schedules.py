@@ -238,3 +238,27 @@ def test_a_payload_its_types_model_refuses_is_refused_when_stored(conn, sql, mon
     assert sql("SELECT count(*) AS n FROM pgdrain_schedules") == [{"n": 0}]
     made = pgdrain.schedule(conn, "0 9 * * *", "typed-report", Report(7), name="t")
     assert made["payload"] == {"customer": 7}
+
+
+def test_a_tick_whose_payload_the_model_now_refuses_is_skipped_not_retried(conn, sql,
+                                                                          monkeypatch, caplog):
+    # Stored before the type's model changed: the tick is taken without a job and the log
+    # says why; the entry waits for its next tick instead of failing every pass.
+    import sys
+    from dataclasses import dataclass
+
+    pgdrain.schedule(conn, "* * * * *", "typed-report", {"customer": "x"}, name="t")
+
+    @dataclass
+    class Report:
+        customer: int
+
+    registry = Registry()
+    pgdrain.job("typed-report", payload=Report, registry=registry)(lambda job: None)
+    monkeypatch.setattr(sys.modules["pgdrain.enqueue"], "REGISTRY", registry)
+    assert tick_stored(conn) == 0
+    assert "stored schedule 't' could not enqueue" in caplog.text
+    assert jobs(sql) == []
+    entry = pgdrain.get_schedule(conn, "t")
+    assert entry["last_tick"] is not None and entry["next_run"] > entry["last_tick"]
+    assert tick_stored(conn) == 0
