@@ -396,10 +396,10 @@ def test_every_page_renders_what_the_queue_holds(web, start_console, sql):
 
     web.click(web.find("nav a[href='/schedules']"))
     [entry] = web.rows("schedules")
-    assert entry[:5] == ["nightly-report", "0 6 * * *", "Europe/Paris", "build-report",
-                         "reports"]
-    assert "(in " in entry[5]  # the next run, ahead
-    assert entry[7] == str(due)
+    assert entry[:6] == ["nightly-report", "declared", "0 6 * * *", "Europe/Paris",
+                         "build-report", "reports"]
+    assert "(in " in entry[6]  # the next run, ahead
+    assert entry[8] == str(due)
 
 
 def test_the_filter_form_selects_the_jobs_listed(web, console, sql):

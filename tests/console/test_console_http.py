@@ -255,6 +255,18 @@ def test_the_schedules_page_lists_each_entry(client, sql):
     assert page.status == 200 and "nightly &lt;b&gt;" in page.body
 
 
+def test_the_schedules_page_shows_those_made_at_run_time_and_their_pause(client, conn):
+    import pgdrain
+
+    pgdrain.schedule(conn, "0 9 * * *", "report", name="report:customer-42")
+    pgdrain.schedule(conn, "0 10 * * *", "report", name="report:customer-43")
+    pgdrain.pause_schedule(conn, "report:customer-43")
+    page = client.get("/schedules")
+    assert page.status == 200
+    assert page.body.count("made at run time") == 2 and "report:customer-42" in page.body
+    assert "paused " in page.body
+
+
 def test_a_database_that_does_not_answer_is_a_page_that_says_so(start_console):
     def refuse():
         raise ConnectionRefusedError(111, "Connection refused")

@@ -399,7 +399,9 @@ def test_a_database_failure_answers_a_short_503_with_the_request_id(load_functio
 def test_sam_event_files_are_complete_proxy_events():
     for name in ("enqueue_single.json", "enqueue_batch.json", "enqueue_invalid.json",
                  "enqueue_graph.json", "job_get.json", "job_retry.json", "job_cancel.json",
-                 "drain_api.json", "queue_pause.json", "queue_resume.json", "queue_set.json"):
+                 "drain_api.json", "queue_pause.json", "queue_resume.json", "queue_set.json",
+                 "schedule_set.json", "schedule_list.json", "schedule_get.json",
+                 "schedule_pause.json", "schedule_resume.json", "schedule_delete.json"):
         event = load_event(name)
         assert {"resource", "path", "httpMethod", "headers", "requestContext", "body",
                 "isBase64Encoded"} <= set(event), name

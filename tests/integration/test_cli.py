@@ -994,3 +994,50 @@ def test_show_wait_shows_the_finished_job_or_says_it_had_not_finished(database_u
     bad = pgdrain_cli(database_url, "show", str(pending), "--wait", "901")
     assert bad.returncode == 2
     assert "a wait must be a number of seconds from 0 to 900, not '901'" in bad.stderr
+
+
+def test_schedules_made_at_run_time_are_set_shown_paused_resumed_and_deleted(database_url,
+                                                                             conn):
+    made = pgdrain_cli(database_url, "schedule", "set", "report:customer-42", "--cron",
+                       "0 9 * * mon-fri", "--tz", "Europe/Paris", "--type", "report",
+                       "--payload", '{"customer": 42}', "--queue", "reports", "--json")
+    assert made.returncode == 0, made.stderr
+    entry = json.loads(made.stdout)
+    assert (entry["name"], entry["cron"], entry["tz"], entry["payload"], entry["queue"],
+            entry["source"], entry["paused"]) == (
+        "report:customer-42", "0 9 * * mon-fri", "Europe/Paris", {"customer": 42}, "reports",
+        "stored", False)
+    changed = pgdrain_cli(database_url, "schedule", "set", "report:customer-42", "--cron",
+                          "0 10 * * *", "--type", "report")
+    assert changed.returncode == 0, changed.stderr
+    assert changed.stdout.startswith("schedule 'report:customer-42' changed: 0 10 * * * (UTC), "
+                                     "'report' to queue 'default'")
+    paused = pgdrain_cli(database_url, "schedule", "pause", "report:customer-42")
+    assert "paused: enqueues nothing until resumed" in paused.stdout
+    listed = pgdrain_cli(database_url, "schedules")
+    assert "stored" in listed.stdout and "(paused)" in listed.stdout
+    rows = json.loads(pgdrain_cli(database_url, "schedules", "--json").stdout)
+    assert [(r["name"], r["source"], r["paused"]) for r in rows] == [
+        ("report:customer-42", "stored", True)]
+    resumed = pgdrain_cli(database_url, "schedule", "resume", "report:customer-42", "--json")
+    assert json.loads(resumed.stdout)["paused"] is False
+    shown = pgdrain_cli(database_url, "schedule", "show", "report:customer-42")
+    assert "next run 20" in shown.stdout
+    gone = pgdrain_cli(database_url, "schedule", "delete", "report:customer-42")
+    assert gone.stdout.strip() == ("schedule 'report:customer-42' deleted (the jobs it "
+                                   "enqueued stay)")
+    missing = pgdrain_cli(database_url, "schedule", "pause", "report:customer-42")
+    assert missing.returncode == 2
+    assert "no schedule stored at run time is named 'report:customer-42'" in missing.stderr
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--cron", "0 9 * *", "--type", "report"), "cron"),
+    (("--cron", "0 9 * * *", "--type", "report", "--tz", "Mars/Base"), "unknown time zone"),
+    (("--cron", "0 9 * * *", "--type", "report", "--payload", "[1]"), "JSON object"),
+    (("--cron", "0 9 * * *"), "--type"),
+])
+def test_a_schedule_the_cli_cannot_make_is_refused_saying_why(database_url, conn, args, words):
+    refused = pgdrain_cli(database_url, "schedule", "set", "r", *args)
+    assert refused.returncode == 2 and words in refused.stderr, refused.stderr
+    assert conn.run("SELECT count(*) FROM pgdrain_schedules") == [[0]]

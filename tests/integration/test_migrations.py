@@ -77,7 +77,7 @@ def test_a_database_at_an_earlier_version_gets_only_the_later_migrations(empty_d
 def test_an_upgrade_grants_the_new_tables_to_the_roles_that_used_jobs(empty_database_url):
     """A functions' role granted jobs alone (before pause and schedules existed) can still
     claim after the upgrade: migrations 0008, 0009, 0013, 0015, 0019, 0022, 0023, 0026 and
-    0029 grant their tables to it."""
+    0029 grant their tables to it (and 0030 the schedules whole: who enqueues may schedule)."""
     role = f"pgdrain_upgrade_{uuid.uuid4().hex[:8]}"
     conn = connect(empty_database_url)
     try:
@@ -94,7 +94,7 @@ def test_an_upgrade_grants_the_new_tables_to_the_roles_that_used_jobs(empty_data
                            ["pgdrain_hooked_types", "INSERT,SELECT"],
                            ["pgdrain_queues", "INSERT,SELECT,UPDATE"],
                            ["pgdrain_schedule_declarations", "DELETE,INSERT,SELECT,UPDATE"],
-                           ["pgdrain_schedules", "INSERT,SELECT,UPDATE"],
+                           ["pgdrain_schedules", "DELETE,INSERT,SELECT,UPDATE"],
                            ["pgdrain_signals", "DELETE,INSERT,SELECT,UPDATE"],
                            ["pgdrain_type_rates", "INSERT,SELECT,UPDATE"],
                            ["pgdrain_waiters", "DELETE,INSERT,SELECT"]]

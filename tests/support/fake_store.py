@@ -103,7 +103,7 @@ class FakeStore:
         self._step("vacuum_if_due")
         return False
 
-    def enqueue_scheduled(self, registry: Any) -> int:
+    def enqueue_scheduled(self, registry: Any, stored_due: bool = False) -> int:
         self._step("enqueue_scheduled")
         return 0
 

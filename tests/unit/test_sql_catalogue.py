@@ -39,8 +39,9 @@ def test_every_query_the_code_names_exists_and_every_query_is_used():
 
 
 def test_no_sql_strings_in_library_code():
-    # All runtime SQL lives in queries.sql; Python refers to it by name.
-    pattern = re.compile(r"""["'](SELECT|UPDATE|INSERT|DELETE|BEGIN|COMMIT)\b""")
+    # All runtime SQL lives in queries.sql; Python refers to it by name. (A keyword alone in
+    # its string is no statement: the HTTP method "DELETE" of a route.)
+    pattern = re.compile(r"""["'](SELECT|UPDATE|INSERT|DELETE|BEGIN|COMMIT)\b(?!["'])""")
     offenders = [p.name for p in PACKAGE.rglob("*.py") if pattern.search(p.read_text())]
     assert offenders == []
 

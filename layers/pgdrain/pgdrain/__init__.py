@@ -27,12 +27,15 @@ from .errors import (
     HandlerTimeout,
     InvalidJobError,
     InvalidJobId,
+    InvalidSchedule,
     InvalidSignal,
     MigrationError,
     PgdrainError,
     QueryFailed,
+    ScheduleConflict,
     Snooze,
     UnknownQueue,
+    UnknownSchedule,
     WaitFor,
     WaitTimeout,
 )
@@ -54,7 +57,7 @@ from .models import (
 from .operator_store import cancel, requeue_failed
 from .policy import Backoff, TypePolicy
 from .registry import REGISTRY, Handler, Registry, Schedule, job, load_job_modules
-from .scheduler import schedule
+from .scheduler import list_schedules, schedule
 from .settings import Settings
 from .settings import read as _read_setting
 from .signals import SignalSent, signal
@@ -68,6 +71,12 @@ from .store import (
     release,
     retry,
     stats,
+)
+from .stored_schedules import (
+    delete_schedule,
+    get_schedule,
+    pause_schedule,
+    resume_schedule,
 )
 from .version import VERSION as __version__
 from .waiting import wait
@@ -114,6 +123,7 @@ __all__ = [
     "HandlerTimeout",
     "InvalidJobError",
     "InvalidJobId",
+    "InvalidSchedule",
     "InvalidSignal",
     "JanitorResult",
     "Job",
@@ -125,6 +135,7 @@ __all__ = [
     "QueueStats",
     "Registry",
     "Schedule",
+    "ScheduleConflict",
     "Settings",
     "Signal",
     "SignalSent",
@@ -132,6 +143,7 @@ __all__ = [
     "Status",
     "TypePolicy",
     "UnknownQueue",
+    "UnknownSchedule",
     "WaitFor",
     "WaitTimeout",
     "Written",
@@ -140,24 +152,29 @@ __all__ = [
     "cancel",
     "claim",
     "complete",
+    "delete_schedule",
     "enqueue",
     "enqueue_atomically",
     "enqueue_many",
     "fail",
     "finish_many",
     "get_job",
+    "get_schedule",
     "job",
+    "list_schedules",
     "load_job_modules",
     "middleware",
     "new_job",
     "on_finish",
     "on_start",
     "pause",
+    "pause_schedule",
     "paused_queues",
     "record_failure",
     "release",
     "requeue_failed",
     "resume",
+    "resume_schedule",
     "retry",
     "run_janitor",
     "schedule",

@@ -27,6 +27,20 @@ class InvalidJobError(PgdrainError, ValueError):
         self.index = index
 
 
+class InvalidSchedule(InvalidJobError):
+    """A stored schedule entry ``pgdrain.schedule(conn, ...)`` cannot have: its name, cron,
+    zone, job or options (``field`` says which); nothing was written."""
+
+
+class UnknownSchedule(PgdrainError, LookupError):
+    """No schedule entry stored at run time has this name. Nothing changed."""
+
+
+class ScheduleConflict(PgdrainError, ValueError):
+    """A stored schedule entry may not take the name of one a job module declares (nor be
+    changed once a drain declared its name). Nothing changed."""
+
+
 class InvalidJobId(PgdrainError, ValueError):
     """A job id that cannot name a job: not an integer from 1 to 2**63 - 1."""
 

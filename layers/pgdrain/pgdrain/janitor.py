@@ -43,7 +43,7 @@ def run_janitor(conn: Any, settings: Settings, registry: Registry | None = None
         look = store.try_janitor_lock(session)
         alone_due = look["alone_due"]
         seen = {"controlled": look["controlled"], "queues_set": look["queues_set"],
-                "tenants": look["tenants"]}
+                "tenants": look["tenants"], "schedules_due": look["schedules_due"]}
         if not look["locked"]:
             return JanitorResult(ran=False, alone_due=alone_due, **seen)
         expired = store.expired_leases(session, limit=settings.reclaim_batch_size)

@@ -560,6 +560,9 @@ class JanitorResult:
     queue by queue (job_claim_batch_by_queue), past such a queue's backlog."""
     tenants: bool = False
     """Whether pending jobs name tenants: the drain then claims fairly (job_claim_fair)."""
+    schedules_due: bool = False
+    """Whether a stored schedule entry's tick has come: the drain then reads the due ones
+    (``pgdrain.schedule(conn, ...)``; none stored, no statement)."""
 
 
 @dataclass(frozen=True, slots=True)

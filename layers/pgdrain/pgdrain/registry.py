@@ -146,6 +146,9 @@ class Registry:
     def schedules(self) -> list[Schedule]:
         return [self._schedules[n] for n in sorted(self._schedules)]
 
+    def schedule_names(self) -> set[str]:
+        return set(self._schedules)
+
     def get(self, job_type: str) -> Handler | None:
         return self._handlers.get(job_type)
 

@@ -356,7 +356,8 @@ def try_janitor_lock(session: Session) -> dict[str, bool]:
     """Take the janitor's transaction-scoped lock without waiting (``locked`` False if another
     has it), and say whether a job to claim alone is due (``alone_due``), whether some queue
     is capped or rate-limited (``controlled``), whether some queue is paused, capped or
-    rate-limited (``queues_set``) and whether pending jobs name tenants (``tenants``)."""
+    rate-limited (``queues_set``), whether pending jobs name tenants (``tenants``) and whether
+    a stored schedule entry's tick has come (``schedules_due``)."""
     row = session.one("janitor_try_lock", lock_key=JANITOR_LOCK_KEY)
     assert row is not None
     return {name: bool(value) for name, value in row.items()}

@@ -127,7 +127,9 @@ def test_routes_operations_and_responses():
         "/jobs/cancel": ["post"], "/jobs/requeue": ["post"], "/jobs/delete": ["post"],
         "/jobs/{id}/cancel": ["post"], "/queues/{queue}/pause": ["post"],
         "/queues/{queue}/resume": ["post"], "/queues/{queue}": ["put"],
-        "/signals/{name}": ["post"], "/drain": ["post"]}
+        "/signals/{name}": ["post"], "/drain": ["post"], "/schedules": ["get"],
+        "/schedules/{name}": ["delete", "get", "put"], "/schedules/{name}/pause": ["post"],
+        "/schedules/{name}/resume": ["post"]}
     codes = {(path, method): set(op["responses"])
              for path, ops in paths.items() for method, op in ops.items() if method != "parameters"}
     gateway = {"403", "429"}  # API Gateway's own answers
@@ -144,6 +146,13 @@ def test_routes_operations_and_responses():
         ("/queues/{queue}", "put"): {"200", "400", "404", "415", "422", *failures, *gateway},
         ("/signals/{name}", "post"): {"200", "400", "415", "422", *failures, *gateway},
         ("/drain", "post"): {"200", "202", "405", *failures, *gateway},
+        ("/schedules", "get"): {"200", *failures, *gateway},
+        ("/schedules/{name}", "get"): {"200", "404", "422", *failures, *gateway},
+        ("/schedules/{name}", "put"): {"200", "201", "400", "409", "415", "422", *failures,
+                                       *gateway},
+        ("/schedules/{name}", "delete"): {"200", "404", "422", *failures, *gateway},
+        ("/schedules/{name}/pause", "post"): {"200", "404", "422", *failures, *gateway},
+        ("/schedules/{name}/resume", "post"): {"200", "404", "422", *failures, *gateway},
     }
     responses = document["components"]["responses"]
     for name, response in responses.items():

@@ -21,7 +21,9 @@ def test_an_unknown_path_lists_the_routes():
         "POST /jobs", "POST /jobs/cancel", "POST /jobs/requeue", "POST /jobs/delete",
         "GET /jobs/{id}", "POST /jobs/{id}/retry", "POST /jobs/{id}/cancel",
         "POST /queues/{queue}/pause", "POST /queues/{queue}/resume", "PUT /queues/{queue}",
-        "POST /signals/{name}"]}}
+        "POST /signals/{name}", "GET /schedules", "GET /schedules/{name}",
+        "PUT /schedules/{name}", "DELETE /schedules/{name}", "POST /schedules/{name}/pause",
+        "POST /schedules/{name}/resume"]}}
 
 
 def test_a_known_path_with_another_method_is_405_with_allow():

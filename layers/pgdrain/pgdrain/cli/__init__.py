@@ -2,7 +2,7 @@
 
 ``migrate``, ``stats``, ``queues``, ``list``, ``show``, ``enqueue``, ``requeue``,
 ``run-now``, ``purge``, ``delete``, ``cancel``, ``pause``, ``resume``, ``queue set``, ``signal``,
-``schedules``, ``grants``, ``janitor`` and ``top``;
+``schedules``, ``schedule set|show|pause|resume|delete``, ``grants``, ``janitor`` and ``top``;
 ``invoke`` where pgdrain-dev is installed. Each prints a table, or JSON with ``--json``.
 
 Reaches the database the functions reach, configured the same way (``DATABASE_URL``,
@@ -23,7 +23,7 @@ from ..db import sqlstate
 from ..errors import PgdrainError, QueryFailed, server_text
 from ..models import Status
 from ..version import VERSION
-from . import arguments
+from . import arguments, schedule_commands
 from . import bulk as bulk_options
 from .output import cell
 
@@ -156,8 +156,10 @@ def _parser() -> argparse.ArgumentParser:
                            help="a queue no job names yet (otherwise refused as a typo)")
     queue_set.add_argument("--json", action="store_true", help="print JSON, for scripts")
     _demo_option(queue_set)
-    command("schedules", "the periodic jobs the drains declared (read from the database): "
-                         "cron, zone, last tick and job, next run; and entries removed since")
+    command("schedules", "the periodic jobs the drains declared and the schedules made at "
+                         "run time (read from the database): cron, zone, last tick and job, "
+                         "next run, paused; and entries removed since")
+    schedule_commands.add_parser(commands, arguments, _demo_option)
     command("janitor", "reclaim expired leases, end expired pending jobs and purge old "
             "finished jobs now")
     top = commands.add_parser("top", help="the queue live: depth, age, rates, drains (Ctrl-C "
@@ -243,9 +245,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _is_usage(exc: PgdrainError) -> bool:
     """Settings the operator gave are wrong (exit 2), not the database or the network (1)."""
-    from ..errors import ConfigError, InvalidJobError, UnknownQueue
+    from ..errors import (
+        ConfigError,
+        InvalidJobError,
+        ScheduleConflict,
+        UnknownQueue,
+        UnknownSchedule,
+    )
 
-    return isinstance(exc, ConfigError | InvalidJobError | UnknownQueue)
+    return isinstance(exc, ConfigError | InvalidJobError | UnknownQueue | UnknownSchedule
+                      | ScheduleConflict)
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from .. import operator_store, store, waiting
 from ..errors import InvalidJobId, WaitTimeout
-from . import output
+from . import output, schedule_commands
 from .output import Column
 
 STATS_COLUMNS: Sequence[Column] = (
@@ -404,8 +404,9 @@ def resume(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 
 SCHEDULE_COLUMNS: Sequence[Column] = (
-    ("name", "NAME"), ("cron", "CRON"), ("tz", "TZ"), ("job_type", "TYPE"), ("queue", "QUEUE"),
-    ("last_tick", "LAST TICK (UTC)"), ("last_job_id", "LAST JOB"), ("next", "NEXT RUN (UTC)"),
+    ("name", "NAME"), ("source", "SOURCE"), ("cron", "CRON"), ("tz", "TZ"),
+    ("job_type", "TYPE"), ("queue", "QUEUE"), ("last_tick", "LAST TICK (UTC)"),
+    ("last_job_id", "LAST JOB"), ("next", "NEXT RUN (UTC)"),
 )
 
 
@@ -417,9 +418,11 @@ def schedules(conn: Any, args: argparse.Namespace, out: TextIO) -> int:
         print(output.to_json(rows), file=out)
     elif not rows:
         print("no schedules: no drain has declared one (declare them with @pgdrain.job(..., "
-              "cron=...) or pgdrain.schedule in a module of the drains' PGDRAIN_JOBS)", file=out)
+              "cron=...) or pgdrain.schedule in a module of the drains' PGDRAIN_JOBS) and none "
+              "was made at run time (pgdrain schedule set)", file=out)
     else:
-        shown = [{**r, "next": r["next_run"] if r["declared"] else "(removed: stopped)"}
+        shown = [{**r, "next": "(paused)" if r["paused"] else r["next_run"]
+                  if r["declared"] or r["source"] == "stored" else "(removed: stopped)"}
                  for r in rows]
         print(output.table(shown, SCHEDULE_COLUMNS), file=out)
     return 0
@@ -480,4 +483,5 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], int]] = {
     "purge": purge, "janitor": janitor, "cancel": cancel, "pause": pause, "resume": resume,
     "schedules": schedules, "queue": queue, "queues": queues, "delete": delete,
     "run-now": run_now, "enqueue": enqueue, "grants": grants, "signal": send_signal,
+    "schedule": schedule_commands.schedule,
 }

@@ -50,8 +50,9 @@ class DrainStore(Protocol):
 
     def vacuum_if_due(self, settings: Settings) -> bool: ...
 
-    def enqueue_scheduled(self, registry: Registry) -> int:
-        """Enqueue the due ticks of the registry's schedules; how many jobs were created."""
+    def enqueue_scheduled(self, registry: Registry, stored_due: bool = False) -> int:
+        """Enqueue the due ticks of the registry's schedules, and of the stored ones when
+        ``stored_due`` (the janitor's look saw one due); how many jobs were created."""
 
     def sync_controls(self, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
         """Write running jobs' progress (None: no report) and return those asked to stop."""

@@ -79,9 +79,9 @@ class PostgresStore:
     def vacuum_if_due(self, settings: Settings) -> bool:
         return vacuum_if_due(self.session(), settings)
 
-    def enqueue_scheduled(self, registry: Registry) -> int:
+    def enqueue_scheduled(self, registry: Registry, stored_due: bool = False) -> int:
         declare(self.session(), registry)  # once per container: what `pgdrain schedules` reads
-        return enqueue_due(self.session(), registry)
+        return enqueue_due(self.session(), registry, stored_due=stored_due)
 
     def sync_controls(self, jobs: Sequence[Job], progress: Sequence[str | None]) -> set[int]:
         return pgstore.sync_controls(self.session(), jobs, progress)

@@ -36,6 +36,7 @@ from ..models import (
 )
 from ..registry import DEFAULT_JOB_MODULES, Handler, Registry
 from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_PAYLOAD_BYTES
+from . import openapi_schedules
 from .openapi_paths import paths as _paths
 from .openapi_paths import responses as _responses
 from .requests import MAX_IDEMPOTENCY_KEY, Limits
@@ -97,6 +98,7 @@ def openapi_document(registry: Registry, *, limits: Limits | None = None) -> dic
         "required": ["ids"],
     }
     schemas["JobView"] = _job_view_schema()
+    schemas["Schedule"] = openapi_schedules.SCHEMA
     schemas["GatewayError"] = {
         "title": "GatewayError",
         "description": "An answer from API Gateway itself; the function never ran.",

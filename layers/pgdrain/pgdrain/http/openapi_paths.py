@@ -17,6 +17,7 @@ from ..models import (
     Status,
 )
 from ..results import MAX_SIGNAL_PAYLOAD_BYTES
+from . import openapi_schedules
 from .routes import routes_of
 
 _REF = "#/components/schemas/"
@@ -90,8 +91,10 @@ def paths() -> dict[str, Any]:
     """Every route of the enqueue function (``http.routes``), described."""
     paths: dict[str, Any] = {}
     for route in routes_of("enqueue"):  # then the drain function's one route
+        described = _OPERATIONS.get(route.operation_id) or \
+            openapi_schedules.OPERATIONS[route.operation_id]
         operation = {"operationId": route.operation_id, "tags": ["jobs"],
-                     "summary": route.summary, **_OPERATIONS[route.operation_id]}
+                     "summary": route.summary, **described}
         operation["responses"] = {**operation["responses"],
                                   "500": _ref_response("InternalError"),
                                   "503": _ref_response("Unavailable"), **_gateway_responses()}
@@ -101,7 +104,11 @@ def paths() -> dict[str, Any]:
         if "{queue}" in route.path:
             operation["tags"] = ["queues"]
             item["parameters"] = [_QUEUE_PARAMETER]
-        if "{name}" in route.path:
+        if route.path.startswith("/schedules"):
+            operation["tags"] = ["schedules"]
+            if "{name}" in route.path:
+                item["parameters"] = [openapi_schedules.PARAMETER]
+        elif "{name}" in route.path:
             operation["tags"] = ["signals"]
             item["parameters"] = [_SIGNAL_PARAMETER]
         item[route.method.lower()] = operation

@@ -38,6 +38,9 @@ from .requests import (
 )
 from .routes import ROUTES, allowed_methods
 
+SCHEDULE_OPERATIONS = frozenset(("listSchedules", "getSchedule", "setSchedule",
+                                 "deleteSchedule", "pauseSchedule", "resumeSchedule"))
+
 BAD_ID = "the job id must be an integer from 1 to 9223372036854775807"
 
 
@@ -120,6 +123,12 @@ class EnqueueApi:
                                     content_type=request.headers.get("content-type"))
         if operation_id in ("cancelJobs", "requeueJobs", "deleteJobs"):
             return self.bulk(operation_id, request)
+        if operation_id in SCHEDULE_OPERATIONS:
+            from .schedule_routes import serve
+
+            return serve(self.session, operation_id, request.path_params.get("name"),
+                         request.body, base64_encoded=request.base64_encoded,
+                         content_type=request.headers.get("content-type"))
         if operation_id in ("pauseQueue", "resumeQueue"):
             return self.set_paused(request.path_params["queue"],
                                    paused=operation_id == "pauseQueue")

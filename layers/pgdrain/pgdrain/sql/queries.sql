@@ -621,17 +621,20 @@ FROM (VALUES
     (0, 'drain', 'USAGE', 'SCHEMA ' || quote_ident(current_schema())),
     (1, 'app', 'SELECT, INSERT, UPDATE, DELETE', 'jobs'),
     (2, 'app', 'SELECT, UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
-    (3, 'app', 'SELECT, INSERT, UPDATE', 'pgdrain_queues, pgdrain_schedules, pgdrain_type_rates'),
+    (3, 'app', 'SELECT, INSERT, UPDATE', 'pgdrain_queues, pgdrain_type_rates'),
     (4, 'app', 'SELECT, INSERT', 'pgdrain_hooked_types'),
     (5, 'app', 'SELECT, UPDATE', 'pgdrain_drain_launches'),
     (6, 'app', 'SELECT, INSERT, UPDATE, DELETE',
-     'pgdrain_done_counts, pgdrain_schedule_declarations, job_edges, pgdrain_signals'),
+     'pgdrain_done_counts, pgdrain_schedule_declarations, job_edges, pgdrain_signals, '
+     'pgdrain_schedules'),
     (7, 'app', 'SELECT, INSERT, DELETE', 'pgdrain_waiters'),
     (1, 'enqueue', 'SELECT, INSERT, UPDATE', 'jobs'),
     (2, 'enqueue', 'SELECT, UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'enqueue', 'SELECT, INSERT, UPDATE', 'pgdrain_queues'),
     (4, 'enqueue', 'SELECT, INSERT, UPDATE', 'job_edges, pgdrain_signals'),
-    (5, 'enqueue', 'SELECT, INSERT, DELETE', 'pgdrain_waiters'),
+    (5, 'enqueue', 'SELECT, INSERT, UPDATE, DELETE', 'pgdrain_schedules'),
+    (6, 'enqueue', 'SELECT', 'pgdrain_schedule_declarations'),
+    (7, 'enqueue', 'SELECT, INSERT, DELETE', 'pgdrain_waiters'),
     (1, 'drain', 'SELECT, UPDATE, DELETE', 'jobs'),
     (2, 'drain', 'UPDATE', 'SEQUENCE pgdrain_doorbell_ring'),
     (3, 'drain', 'SELECT, UPDATE', 'pgdrain_queues'),
@@ -758,8 +761,10 @@ SELECT (SELECT count(*) FROM timed_out)::int AS timed_out,
 -- controlled claim), whether some queue is paused, capped or rate-limited (the drain then
 -- claims queue by queue: job_claim_batch_by_queue) and whether pending jobs name tenants (the
 -- drain then claims fairly), and whether any signal is sent or awaited (the janitor then
--- times waits out and forgets expired signals: janitor_signals_batch), and whether anyone
--- waits for a job (the janitor then forgets dead waiters: waiters_forget_dead).
+-- times waits out and forgets expired signals: janitor_signals_batch), whether anyone waits
+-- for a job (the janitor then forgets dead waiters: waiters_forget_dead), and whether a stored
+-- schedule entry's tick has come (one probe of pgdrain_schedules_next_tick_idx: the drain then
+-- reads them, schedule_stored_due; none stored, no statement).
 -- The probes of jobs are ordered by their index: an EXISTS was planned as a sequential scan
 -- that stops at the first match, which reads the whole history when it lies ahead of it.
 SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
@@ -774,7 +779,9 @@ SELECT pg_try_advisory_xact_lock(:lock_key::bigint) AS locked,
        (SELECT tenant FROM jobs WHERE status = 'pending' AND tenant IS NOT NULL
         ORDER BY tenant LIMIT 1) IS NOT NULL AS tenants,
        EXISTS (SELECT 1 FROM pgdrain_signals) AS signals,
-       EXISTS (SELECT 1 FROM pgdrain_waiters) AS waiters
+       EXISTS (SELECT 1 FROM pgdrain_waiters) AS waiters,
+       COALESCE((SELECT next_tick FROM pgdrain_schedules WHERE next_tick IS NOT NULL
+                 ORDER BY next_tick LIMIT 1) <= now(), false) AS schedules_due
 
 -- name: job_backlog
 -- Due pending jobs (counted up to :cap) and the seconds the oldest has waited, read through
@@ -2401,12 +2408,16 @@ WITH given AS (
 SELECT (SELECT count(*) FROM gone)::int AS removed, (SELECT count(*) FROM written)::int AS declared
 
 -- name: schedule_list
--- Every schedule entry the drains declared or the database has a tick of, with the
--- database's clock (`pgdrain schedules`): its declaration (cron, zone, type, queue, when a
--- drain last declared it; none: removed, or never declared since this table came) and its
+-- Every schedule entry the drains declared, stored (`pgdrain.schedule(conn, ...)`) or the
+-- database has a tick of, with the database's clock (`pgdrain schedules`): its declaration
+-- (cron, zone, type, queue, when a drain last declared it; none: removed, or never declared
+-- since this table came), or what a stored one enqueues, its pause and next tick; and its
 -- latest tick and job.
-SELECT now() AS now, COALESCE(d.name, s.name) AS name, d.cron, d.tz, d.job_type, d.queue,
-       d.declared_at, s.last_tick, s.last_job_id
+SELECT now() AS now, COALESCE(d.name, s.name) AS name, s.source,
+       COALESCE(d.cron, s.cron) AS cron, CASE WHEN d.name IS NULL THEN s.tz ELSE d.tz END AS tz,
+       COALESCE(d.job_type, s.job_type) AS job_type,
+       COALESCE(d.queue, s.options ->> 'queue') AS queue, d.declared_at, s.payload, s.options,
+       s.next_tick, s.paused_at, s.created_at, s.updated_at, s.last_tick, s.last_job_id
 FROM (SELECT 1) AS clock
 LEFT JOIN (pgdrain_schedule_declarations AS d
            FULL JOIN pgdrain_schedules AS s ON s.name = d.name) ON true
@@ -2414,20 +2425,110 @@ ORDER BY COALESCE(d.name, s.name)
 
 -- name: schedule_states
 -- The database's clock, and the latest tick enqueued of each named schedule entry (none for
--- an entry never seen). One read a drain pass, only when schedules are declared.
-SELECT now() AS now, s.name, s.last_tick, s.last_job_id
+-- an entry never seen), and whose the row is (a stored entry's name is not the declared
+-- one's to tick). One read a drain pass, only when schedules are declared.
+SELECT now() AS now, s.name, s.last_tick, s.last_job_id, s.source
 FROM (SELECT 1) AS clock
 LEFT JOIN pgdrain_schedules AS s ON s.name = ANY(:names::text[])
+
+-- name: schedule_stored_delete
+-- Delete the stored schedule entry :name (a declared entry's row is not one). Its jobs already
+-- enqueued stay. Returns the row if there was one.
+DELETE FROM pgdrain_schedules
+WHERE name = :name::text AND source = 'stored'
+RETURNING name
+
+-- name: schedule_stored_due
+-- The stored schedule entries whose next tick has come, earliest first, at most :limit: one
+-- range of pgdrain_schedules_next_tick_idx (paused and declared entries are not in it),
+-- however many entries wait for a later tick. With the database's clock.
+SELECT now() AS now, name, cron, tz, job_type, payload, options, next_tick, last_tick
+FROM pgdrain_schedules
+WHERE next_tick <= now()
+ORDER BY next_tick
+LIMIT :limit::int
+
+-- name: schedule_stored_get
+-- The database's clock, and the stored schedule entry :name (none: no such stored entry), and
+-- whether a drain declared an entry of that name.
+SELECT now() AS now, s.name, s.cron, s.tz, s.job_type, s.payload, s.options, s.next_tick,
+       s.paused_at, s.created_at, s.updated_at, s.last_tick, s.last_job_id,
+       EXISTS (SELECT 1 FROM pgdrain_schedule_declarations AS d WHERE d.name = :name::text)
+           AS declared
+FROM (SELECT 1) AS clock
+LEFT JOIN pgdrain_schedules AS s ON s.name = :name::text AND s.source = 'stored'
+
+-- name: schedule_stored_pause
+-- Pause the stored schedule entry :name: it has no next tick until it is resumed (a paused
+-- one keeps its first pause's time). Returns the row if there is one.
+UPDATE pgdrain_schedules
+SET paused_at = COALESCE(paused_at, now()), next_tick = NULL, updated_at = now()
+WHERE name = :name::text AND source = 'stored'
+RETURNING name, cron, tz, job_type, payload, options, next_tick, paused_at, created_at,
+          updated_at, last_tick, last_job_id
+
+-- name: schedule_stored_resume
+-- Resume the paused stored schedule entry :name with its next tick :next_tick (pgdrain
+-- computed it from the cron it read, :cron in :tz: an entry changed since is left as it is,
+-- and the caller reads it again). Returns the row if it was resumed.
+UPDATE pgdrain_schedules
+SET paused_at = NULL, next_tick = :next_tick::timestamptz, updated_at = now()
+WHERE name = :name::text AND source = 'stored' AND paused_at IS NOT NULL
+  AND cron = :cron::text AND tz IS NOT DISTINCT FROM :tz::text
+RETURNING name, cron, tz, job_type, payload, options, next_tick, paused_at, created_at,
+          updated_at, last_tick, last_job_id
+
+-- name: schedule_stored_set
+-- Create or change the stored schedule entry :name, in one statement. Its next tick: kept when
+-- the cron and zone stay (a new payload or queue changes no time); else :first_tick (a tick at
+-- most a minute old, or the next one: what pgdrain computed as a new entry's first), unless
+-- that tick was already taken (last_tick), then :after_now, the first tick after now. A paused
+-- entry stays paused (its next tick comes with its resume). A name a drain declared, or whose
+-- row is a declared entry's still declared, is not taken: then nothing is returned.
+INSERT INTO pgdrain_schedules AS s (name, source, cron, tz, job_type, payload, options,
+                                    next_tick, created_at, updated_at)
+SELECT :name::text, 'stored', :cron::text, :tz::text, :job_type::text, :payload::jsonb,
+       :options::jsonb, :first_tick::timestamptz, now(), now()
+WHERE NOT EXISTS (SELECT 1 FROM pgdrain_schedule_declarations AS d WHERE d.name = :name::text)
+ON CONFLICT (name) DO UPDATE
+SET source = 'stored', cron = EXCLUDED.cron, tz = EXCLUDED.tz, job_type = EXCLUDED.job_type,
+    payload = EXCLUDED.payload, options = EXCLUDED.options,
+    next_tick = CASE
+        WHEN s.paused_at IS NOT NULL THEN NULL
+        WHEN s.source = 'stored' AND s.cron = EXCLUDED.cron
+             AND s.tz IS NOT DISTINCT FROM EXCLUDED.tz THEN s.next_tick
+        WHEN s.last_tick IS NOT NULL AND s.last_tick >= EXCLUDED.next_tick
+             THEN :after_now::timestamptz
+        ELSE EXCLUDED.next_tick END,
+    created_at = CASE WHEN s.source = 'stored' THEN s.created_at ELSE now() END,
+    updated_at = now()
+WHERE s.source = 'stored'
+   OR NOT EXISTS (SELECT 1 FROM pgdrain_schedule_declarations AS d WHERE d.name = s.name)
+RETURNING s.name, s.cron, s.tz, s.job_type, s.payload, s.options, s.next_tick, s.paused_at,
+          s.created_at, s.updated_at, s.last_tick, s.last_job_id, (s.xmax = 0) AS created
+
+-- name: schedule_stored_take_tick
+-- Take :tick of the stored entry :name for this transaction, as schedule_take_tick does a
+-- declared one's: move last_tick to it and next_tick to :next_tick, only if the entry still
+-- waits for :seen_next (the next tick this drain read). A drain racing on the same tick waits
+-- for this one's commit, then finds next_tick moved and gets nothing; so does a drain that read
+-- the entry before it was changed, paused or deleted (nothing is inserted: a deleted entry
+-- stays deleted). Returns the row only if this transaction moved it.
+UPDATE pgdrain_schedules
+SET last_tick = :tick::timestamptz, next_tick = :next_tick::timestamptz, updated_at = now()
+WHERE name = :name::text AND source = 'stored' AND next_tick = :seen_next::timestamptz
+RETURNING name
 
 -- name: schedule_take_tick
 -- Take :tick of the entry :name for this transaction: move last_tick forward to it, or insert
 -- the entry's row. Returns the row only if this transaction moved it: a drain racing on the same
--- tick waits for this one's commit, then finds last_tick already there and gets nothing.
+-- tick waits for this one's commit, then finds last_tick already there and gets nothing. A
+-- stored entry's row (pgdrain.schedule(conn, ...)) of the same name is never a declared one's.
 INSERT INTO pgdrain_schedules AS s (name, last_tick, updated_at)
 VALUES (:name::text, :tick::timestamptz, now())
 ON CONFLICT (name) DO UPDATE
 SET last_tick = EXCLUDED.last_tick, updated_at = now()
-WHERE s.last_tick < EXCLUDED.last_tick
+WHERE s.last_tick < EXCLUDED.last_tick AND s.source = 'declared'
 RETURNING s.name
 
 -- name: schedule_tick_enqueued
