@@ -302,6 +302,23 @@ def test_a_schedule_fires_when_the_clock_reaches_its_next_tick(conn, database_ur
     assert pgt.drain_all(database_url, registry=registry).jobs == []  # once, not again
 
 
+def test_a_stored_schedule_fires_when_the_clock_reaches_its_next_tick(conn, database_url,
+                                                                     sql):
+    now = sql("SELECT now() AS now")[0]["now"]
+    minute = (now + timedelta(minutes=30)).minute  # its tick about 30 minutes ahead
+    registry = Registry()
+    pgdrain.job("report", registry=registry)(lambda job: job.payload["customer"])
+    pgdrain.schedule(conn, f"{minute} * * * *", "report", {"customer": 42},
+                     name="report:customer-42")
+    assert pgt.drain_all(database_url, registry=registry).jobs == []
+    pgt.advance(conn, 20 * 60)
+    assert pgt.drain_all(database_url, registry=registry).jobs == []
+    pgt.advance(conn, 15 * 60)
+    fired = pgt.drain_all(database_url, registry=registry)
+    assert [(r.job_type, r.result) for r in fired] == [("report", 42)]
+    assert pgt.drain_all(database_url, registry=registry).jobs == []  # once, not again
+
+
 def test_advance_past_a_lease_lets_the_janitor_take_back_a_dead_drains_job(conn, database_url):
     registry = Registry()
     pgdrain.job("export", registry=registry)(lambda job: "exported")

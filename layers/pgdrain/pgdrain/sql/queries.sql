@@ -277,7 +277,8 @@ SELECT set_config('lock_timeout', :lock_ms::int::text, true) AS lock_timeout,
 -- stays so): jobs' run_at (delays, backoffs, snoozes, waits), leases, expiry, creation and
 -- finish (unique windows, retention, age), rate windows (epoch, jobs, epoch, jobs...), signals'
 -- keeping, launches on their way. A schedule's last tick moves to :ticks for the entries in
--- :names (pgdrain.testing decides which: cron ticks sit on the wall clock). For test
+-- :names (pgdrain.testing decides which: cron ticks sit on the wall clock), and stored
+-- entries' next tick moves back with the rest. For test
 -- databases: it writes every row.
 WITH moved_jobs AS (
     UPDATE jobs
@@ -322,9 +323,16 @@ WITH moved_jobs AS (
     FROM unnest(:names::text[], :ticks::timestamptz[]) AS g(name, tick)
     WHERE s.name = g.name
     RETURNING 1
+), moved_stored AS (
+    -- A stored entry (pgdrain.schedule(conn, ...)) waits for its next_tick: moved back, its
+    -- tick comes when the advance reaches it, and its job is due at the moved tick.
+    UPDATE pgdrain_schedules SET next_tick = next_tick - make_interval(secs => :seconds::float8)
+    WHERE next_tick IS NOT NULL
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM moved_jobs)::int AS jobs,
-       (SELECT count(*) FROM moved_schedules)::int AS schedules,
+       (SELECT count(*) FROM moved_schedules)::int
+           + (SELECT count(*) FROM moved_stored)::int AS schedules,
        (SELECT count(*) FROM moved_queues)::int + (SELECT count(*) FROM moved_types)::int
            + (SELECT count(*) FROM moved_signals)::int
            + (SELECT count(*) FROM moved_launches)::int AS others
