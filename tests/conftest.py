@@ -15,7 +15,6 @@ from contextlib import suppress
 import pytest
 
 from pgdrain.db import Session, connect, with_database
-from pgdrain.migrate import migrate
 from pgdrain.settings import SETTINGS
 
 # Settings from the developer's shell must not leak into tests; DATABASE_URL picks the server.
@@ -26,34 +25,18 @@ for _name in [n for n in os.environ if n in {s.name for s in SETTINGS}
 
 
 @pytest.fixture(scope="session")
-def server_url() -> Iterator[str]:
-    """An admin URL on the PostgreSQL server the tests use."""
-    if os.environ.get("DATABASE_URL"):
-        yield os.environ["DATABASE_URL"]
-        return
-    from pgdrain_dev import embedded
-
-    server = embedded.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+def server_url(pgdrain_server: str) -> str:
+    """An admin URL on the PostgreSQL server the tests use: the one pgdrain's own pytest
+    plugin (pgdrain_pytest) gives users' suites, DATABASE_URL's or an embedded one, so that
+    the suite and the tests of that plugin share one server."""
+    return pgdrain_server
 
 
 @pytest.fixture(scope="session")
-def template_database(server_url: str) -> Iterator[str]:
-    """The name of a migrated database that each test's database is cloned from."""
-    name = f"pgdrain_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    admin = connect(server_url)
-    admin.run(f'CREATE DATABASE "{name}"')
-    conn = connect(with_database(server_url, name))
-    migrate(conn)
-    conn.close()
-    try:
-        yield name
-    finally:
-        admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+def template_database(pgdrain_template: str) -> str:
+    """The name of a migrated database that each test's database is cloned from (the
+    plugin's, migrated once per session)."""
+    return pgdrain_template
 
 
 def _create_database(server_url: str, template: str | None) -> str:
