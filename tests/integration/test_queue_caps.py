@@ -15,7 +15,7 @@ from pgdrain.claiming import claim_controlled
 from pgdrain.db import Connector, connect
 from pgdrain.drain import drain
 from pgdrain.registry import Registry
-from tests.support.drains import KEEP_HISTORY_SECONDS, clock, jobs_left, run_all
+from tests.support.drains import KEEP_HISTORY_SECONDS, clock, jobs_left, run_all, run_drain
 
 
 def test_a_capped_queue_gives_out_only_its_room(conn, sql):
@@ -142,3 +142,32 @@ def test_both_controlled_claims_leave_out_what_the_plain_claim_leaves_out(conn, 
     claimed = claim_controlled(conn, batch_size=10, lease_seconds=60, queues=["partner"],
                                type_rates=types).jobs
     assert [j.id for j in claimed] == [ids[0], ids[4]]
+
+
+def test_a_job_claimed_in_a_capped_queue_has_every_field_the_other_claims_give(
+        database_url, conn, monkeypatch):
+    # The controlled claim (a function, migration 0018) returned the columns of its day: its
+    # jobs ran without their tenant, parents' results, tags, meta and trace (0032 adds them).
+    xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+    seen: dict[int, tuple] = {}
+    registry = Registry()
+
+    @pgdrain.job("capped-work", registry=registry)
+    def work(job: pgdrain.Job) -> str:
+        seen[job.id] = (job.tenant, job.tags, job.meta, job.trace_context is not None,
+                        job.parent_results)
+        return f"result {job.id}"
+
+    pgdrain.set_queue(conn, "partner", max_running=5, new=True)
+    parent = pgdrain.enqueue(conn, "capped-work", {}, queue="partner").id
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", xray)
+    child = pgdrain.enqueue(conn, "capped-work", {}, queue="partner", tenant="acme",
+                            tags=["customer:42"], meta={"plan": "pro"},
+                            depends_on=[parent]).id
+    monkeypatch.delenv("_X_AMZN_TRACE_ID")
+    for _ in range(3):
+        run_drain(database_url, registry)
+        if child in seen:
+            break
+    assert seen[child] == ("acme", ["customer:42"], {"plan": "pro"}, True,
+                           {parent: f"result {parent}"})

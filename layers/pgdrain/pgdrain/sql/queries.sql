@@ -1140,7 +1140,8 @@ ORDER BY c.turn, c.priority, c.run_at, c.id
 
 -- name: job_claim_controlled
 -- Claim up to :batch_size due jobs of capped or rate-limited queues (among :queues, if given)
--- within each queue's room, in one call: pgdrain_claim_controlled (migration 0018) locks the
+-- within each queue's room, in one call: pgdrain_claim_controlled (migration 0018, through
+-- pgdrain_claim_controlled_jobs, 0032, which adds the columns jobs gained since) locks the
 -- queues' rows (skipping those another drain holds), reads their room after the locks, claims
 -- what fits (from each tenant in turn while pending jobs name tenants) and appends the
 -- starts to the rate windows. For a drain that declares no rate-limited job type (else the
@@ -1148,7 +1149,7 @@ ORDER BY c.turn, c.priority, c.run_at, c.id
 -- Rows without an id: it claimed nothing, and these are the locked rate-limited queues'
 -- windows (pgdrain.claiming tells from them when a rate frees).
 SELECT *
-FROM pgdrain_claim_controlled(
+FROM pgdrain_claim_controlled_jobs(
     :batch_size::int, :lease_seconds::float8, :queues::text[])
 
 -- name: job_claim_fair
