@@ -242,9 +242,29 @@ def test_the_janitor_forgets_waiters_whose_backend_is_gone(conn, sql):
 
 def test_listen_false_polls_for_a_pooler(conn, sql):
     """Behind a pooler in transaction mode a LISTEN reaches another client's backend:
-    ``listen=False`` registers nothing and reads the status by itself."""
+    ``listen=False`` listens to nothing and reads the status by itself (registered, so that a
+    done job is kept for it)."""
     job = pgdrain.enqueue(conn, "send-email", {"to": "a@example.com"})
     pgdrain.cancel(conn, [job.id])
     counted = CountingSession(conn)
     assert pgdrain.wait(counted, job.id, timeout=1, listen=False)["status"] == "cancelled"
-    assert counted.sent == ["waiter_status", "job_get"]
+    assert counted.sent == ["waiter_register", "job_get", "waiter_unregister"]
+    assert _waiters(sql) == []
+
+
+def test_a_polling_waiter_gets_its_done_job_though_done_rows_are_not_kept(
+        database_url, conn, connect_to, sql):
+    """At PGDRAIN_RETENTION_SECONDS=0 a done job's row goes at its finish, and the janitor
+    purges any done row left: neither takes one a polling waiter (listen=False) waits for."""
+    job = pgdrain.enqueue(conn, "send-email", {"to": "a@example.com"})
+    worker = connect_to()
+    claimed = _claimed(worker, job.id)
+
+    def finish_then_purge(other) -> None:
+        pgdrain.finish_many(other, [Finish.done(claimed, forget=True)])
+        assert pgdrain.run_janitor(other, pgdrain.Settings(retention_seconds=0)).ran
+
+    purger = _when_waited_for(database_url, job.id, finish_then_purge)
+    found = _wait_beside(purger, conn, job.id, timeout=LONG, listen=False)
+    assert (found["id"], found["status"]) == (job.id, "done")
+    assert _waiters(sql) == []

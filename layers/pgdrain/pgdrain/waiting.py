@@ -135,14 +135,26 @@ def _finished_or_timeout(session: Session, ident: int, end: float) -> dict[str, 
 
 
 def _wait_polling(session: Session, ident: int, end: float) -> dict[str, Any]:
+    # Registered as a listening waiter is (no notification comes, but a done job is kept
+    # for it at PGDRAIN_RETENTION_SECONDS=0), unless in the caller's transaction, where the
+    # row would be the caller's to commit: it would keep nothing until then.
+    registered = in_transaction(session.conn) is False
     delays = backoff_delays()
-    while True:
-        status = _status(session.one("waiter_status", id=ident))
-        if status is None or is_finished(status) or time.monotonic() >= end:
-            job = _finished_or_timeout(session, ident, end)
-            if job is not None:
-                return job
-        time.sleep(max(0.0, min(next(delays), end - time.monotonic())))
+    status = _status(session.one("waiter_register" if registered else "waiter_status",
+                                 id=ident))
+    try:
+        while True:
+            if status is None or is_finished(status) or time.monotonic() >= end:
+                job = _finished_or_timeout(session, ident, end)
+                if job is not None:
+                    return job
+            time.sleep(max(0.0, min(next(delays), end - time.monotonic())))
+            status = _status(session.one("waiter_status", id=ident))
+    finally:
+        if registered:  # behind a pooler another backend may answer: the janitor forgets it
+            with suppress(Exception):
+                counts["statements"] += 1
+                session.rows("waiter_unregister", id=ident)
 
 
 def _wait_listening(session: Session, ident: int, end: float) -> dict[str, Any]:

@@ -1931,6 +1931,8 @@ WITH old_counts AS (
         FROM jobs
         WHERE status = 'done'
           AND finished_at < now() - make_interval(secs => :retention_seconds::float8)
+          -- A job someone waits for (pgdrain.wait) stays until the waiter has read it.
+          AND NOT EXISTS (SELECT FROM pgdrain_waiters AS w WHERE w.job_id = jobs.id)
         ORDER BY finished_at
         LIMIT :limit::int
         FOR UPDATE SKIP LOCKED
