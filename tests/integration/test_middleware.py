@@ -265,7 +265,8 @@ def test_a_batch_handlers_middleware_goes_around_its_one_call_with_the_list(data
 
     @pgdrain.middleware(registry=registry)
     def around_batch(jobs: Any, call_next: Any) -> Any:
-        seen.append(sorted(j.id for j in jobs))
+        # What code written for one job asks works on the batch too (the README's example).
+        seen.append((jobs.job_type, jobs.queue, jobs.id, sorted(j.id for j in jobs)))
         return call_next()
 
     @pgdrain.job("index-docs", batch_size=10, registry=registry)
@@ -274,5 +275,5 @@ def test_a_batch_handlers_middleware_goes_around_its_one_call_with_the_list(data
 
     ids = [r.id for r in pgdrain.enqueue_many(conn, [{"job_type": "index-docs"}] * 3)]
     assert run_drain(database_url, registry).done == 3
-    assert seen == [sorted(ids)]
+    assert seen == [("index-docs", "default", min(ids), sorted(ids))]
     assert {r["status"] for r in sql("SELECT status FROM jobs")} == {"done"}

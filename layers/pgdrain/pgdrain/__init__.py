@@ -12,7 +12,7 @@ The core (this package) needs pg8000 only. ``pgdrain.http`` holds the enqueue AP
 from __future__ import annotations
 
 from . import sql as _sql
-from .batches import BatchItemFailed, BatchResult
+from .batches import BatchItemFailed, BatchResult, JobBatch
 from .control import pause, paused_queues, resume, set_queue
 from .enqueue import enqueue, enqueue_atomically, enqueue_many, new_job
 from .errors import (
@@ -127,6 +127,7 @@ __all__ = [
     "InvalidSignal",
     "JanitorResult",
     "Job",
+    "JobBatch",
     "MigrationError",
     "NewJob",
     "Outcome",

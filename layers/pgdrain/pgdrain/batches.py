@@ -34,6 +34,28 @@ class BatchReportError(Exception):
     """A batch handler's return value is not a report of its batch: every item fails."""
 
 
+class JobBatch(list[Job]):
+    """What a batch handler (and the middleware and hooks around it) receives: the list of
+    its jobs, which also answers what code written for one job asks of it: ``job_type`` and
+    ``queue`` (the batch's), ``id`` (its first job's) and ``ids`` (every job's)."""
+
+    @property
+    def job_type(self) -> str:
+        return self[0].job_type
+
+    @property
+    def queue(self) -> str:
+        return self[0].queue
+
+    @property
+    def id(self) -> int:
+        return self[0].id
+
+    @property
+    def ids(self) -> list[int]:
+        return [job.id for job in self]
+
+
 @dataclass(frozen=True, slots=True)
 class BatchResult:
     """A batch handler's per-item report: ``results`` by job id (the done items' results;

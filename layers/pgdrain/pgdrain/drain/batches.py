@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import store as pgstore
 from ..batch_store import BatchClaim
-from ..batches import BatchReportError, item_outcomes
+from ..batches import BatchReportError, JobBatch, item_outcomes
 from ..db import Session
 from ..errors import Discard
 from ..models import Finish, Job
@@ -134,7 +134,7 @@ def take_group(ready: deque[Job], lead: Job, handler: Handler) -> list[Job]:
 def calling(handler: Handler, jobs: Sequence[Job]) -> Handler:
     """The handler as the attempt calls it: with the lead job in place of the batch, as any
     one job's (``func(job)`` or ``func(job, conn)``), handing the handler the list."""
-    func, items = handler.func, list(jobs)
+    func, items = handler.func, JobBatch(jobs)
     if handler.transactional:
         return replace(handler, func=lambda _lead, conn: func(items, conn))
     return replace(handler, func=lambda _lead: func(items))
