@@ -195,6 +195,22 @@ def test_run_job_runs_that_one_job_only(conn, database_url, sql):
     assert len(statuses) == 4  # the follow-up it enqueued waits for drain_all
 
 
+def test_run_job_runs_its_job_through_middleware_and_ticks_no_stored_schedule(conn,
+                                                                            database_url,
+                                                                            sql):
+    registry = Registry()
+    wrapped = []
+    pgdrain.middleware(lambda job, call_next: wrapped.append(job.job_type) or call_next(),
+                       registry=registry)
+    pgdrain.job("report", registry=registry)(lambda job: "report")
+    pgdrain.job("signup", registry=registry)(lambda job: "signed up")
+    pgdrain.schedule(conn, "* * * * *", "report", {}, name="every-minute")  # due at once
+    run = pgt.run_job(database_url, "signup", {}, registry=registry)
+    assert (run.job_type, run.outcome, run.result) == ("signup", "done", "signed up")
+    assert wrapped == ["signup"]
+    assert sql("SELECT job_type FROM jobs") == [{"job_type": "signup"}]
+
+
 def test_run_job_enqueues_a_new_job_through_its_payload_model(database_url):
     registry = Registry()
 

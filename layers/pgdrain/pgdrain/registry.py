@@ -108,6 +108,9 @@ class Registry:
         self._layers: tuple[Layer, ...] = ()
         self.wrapped_cache: dict[str, tuple[Handler, tuple[Layer, ...], Handler]] = {}
         """Each handler with the middleware around it (pgdrain.middleware.applied)."""
+        self.stored_schedules = True
+        """Whether a drain with this registry ticks the schedules stored in the database
+        (pgdrain.schedule(conn, ...)); pgdrain.testing.run_job's drain does not."""
 
     def register(self, handler: Handler) -> None:
         existing = self._handlers.get(handler.job_type)

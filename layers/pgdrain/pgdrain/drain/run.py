@@ -113,8 +113,8 @@ class _Pass:
                                lease=s.budget.lease, queues=s.settings.queues or None,
                                by_queue=janitor.queues_set, batches=self._batches())
         summary.vacuumed = int(s.store.vacuum_if_due(s.settings))
-        summary.scheduled = s.store.enqueue_scheduled(s.registry,
-                                                      stored_due=janitor.schedules_due)
+        summary.scheduled = s.store.enqueue_scheduled(
+            s.registry, stored_due=janitor.schedules_due and s.registry.stored_schedules)
         return planner
 
     def _batches(self) -> Batched | None:

@@ -325,9 +325,13 @@ def _make_due(session: Session, job_id: int) -> None:
 
 
 def _without_schedules(registry: Registry) -> Registry:
-    """The registry's handlers without its schedules: run_job's drain enqueues no tick (a
-    tick's job could be claimed before the one asked for)."""
+    """The registry's handlers and middleware without its schedules, declared or stored:
+    run_job's drain enqueues no tick (a tick's job could be claimed before the one asked
+    for)."""
     handlers = Registry()
     for handler in registry:
         handlers.register(handler)
+    for layer in registry.layers():
+        handlers.add_layer(layer)
+    handlers.stored_schedules = False
     return handlers
