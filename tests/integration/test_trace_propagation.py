@@ -121,3 +121,28 @@ def test_a_job_runs_in_an_opentelemetry_span_under_its_enqueuers_span(database_u
     assert run.attributes["messaging.message.id"] == str(job.id)
     assert spans["pgdrain.queued"].parent.span_id == request.get_span_context().span_id
     assert spans["send the e-mail"].parent.span_id == run.context.span_id
+
+
+def test_a_job_a_traced_job_enqueues_joins_that_jobs_trace_not_the_drains(
+        database_url, conn, daemon, monkeypatch, sql):
+    registry = Registry()
+
+    @pgdrain.job("parent-job", registry=registry, transactional=True)
+    def parent(job: pgdrain.Job, tx: Any) -> None:
+        pgdrain.enqueue(tx, "child-job", {})
+
+    pgdrain.job("child-job", registry=registry)(lambda job: None)
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", SAMPLED)
+    pgdrain.enqueue(conn, "parent-job", {})
+    # The drain's own invocation is traced too (another trace): the child must not join it.
+    monkeypatch.setenv("_X_AMZN_TRACE_ID",
+                       "Root=1-00000000-000000000000000000000001;Parent=aaaaaaaaaaaaaaaa;"
+                       "Sampled=1")
+    assert run_drain(database_url, registry, concurrency=1).done == 2
+    first, second = _segments(daemon, 2)
+    parent_segment = first if first["annotations"]["job_type"] == "parent-job" else second
+    child_segment = second if parent_segment is first else first
+    run_id = parent_segment["subsegments"][-1]["id"]
+    assert (child_segment["trace_id"], child_segment["parent_id"]) == (ROOT, run_id)
+    assert parent_segment["annotations"]["drain_trace_id"] == \
+        "1-00000000-000000000000000000000001"

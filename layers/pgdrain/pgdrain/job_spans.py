@@ -33,7 +33,7 @@ from typing import Any
 
 from .models import Job
 from .registry import Handler
-from .trace_context import XRAY_ENV, traceparent_parts, xray_parts
+from .trace_context import RUNNING_JOB, XRAY_ENV, traceparent_parts, xray_parts
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,14 @@ def _spans(job: Job, context: dict[str, Any], daemon: tuple[str, int] | None, ot
            ) -> Iterator[None]:
     started = time.time()
     error: BaseException | None = None
+    ids = (_segment_id(), _segment_id())  # the job's segment, its run subsegment
     with ExitStack() as stack:
         if otel:
             stack.enter_context(_otel_span(job, context, started))
+        if daemon is not None:  # what the handler enqueues joins this job's trace
+            trace_id, _ = xray_parts(str(context["xray"]))
+            token = RUNNING_JOB.set(f"Root={trace_id};Parent={ids[1]};Sampled=1")
+            stack.callback(RUNNING_JOB.reset, token)
         try:
             yield
         except BaseException as exc:
@@ -90,7 +95,7 @@ def _spans(job: Job, context: dict[str, Any], daemon: tuple[str, int] | None, ot
         finally:
             if daemon is not None:
                 send(daemon, xray_segment(job, str(context["xray"]), started, time.time(),
-                                          error, os.environ.get(XRAY_ENV)))
+                                          error, os.environ.get(XRAY_ENV), ids))
 
 
 def daemon_address(value: str | None) -> tuple[str, int] | None:
@@ -108,12 +113,15 @@ def daemon_address(value: str | None) -> tuple[str, int] | None:
 
 
 def xray_segment(job: Job, header: str, started: float, ended: float,
-                 error: BaseException | None, drain_header: str | None) -> dict[str, Any]:
-    """The segment document of one attempt, a child of the enqueuing segment. Pure."""
+                 error: BaseException | None, drain_header: str | None,
+                 ids: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The segment document of one attempt, a child of the enqueuing segment; ``ids``: the
+    segment's and its ``run`` subsegment's (new ones if None)."""
     trace_id, parent_id = xray_parts(header)
+    segment_id, run_id = ids or (_segment_id(), _segment_id())
     since = _queued_since(job)
     begin = min(since, started) if since is not None else started
-    run: dict[str, Any] = {"id": _segment_id(), "name": "run", "start_time": started,
+    run: dict[str, Any] = {"id": run_id, "name": "run", "start_time": started,
                            "end_time": ended}
     if error is not None:
         run["fault"] = True
@@ -128,7 +136,7 @@ def xray_segment(job: Job, header: str, started: float, ended: float,
     if drain_header and drain_header.startswith("Root="):
         annotations["drain_trace_id"] = drain_header.split(";")[0].removeprefix("Root=")
     segment: dict[str, Any] = {
-        "name": _segment_name(job.job_type), "id": _segment_id(), "trace_id": trace_id,
+        "name": _segment_name(job.job_type), "id": segment_id, "trace_id": trace_id,
         "parent_id": parent_id, "start_time": begin, "end_time": ended,
         "origin": "pgdrain::Job", "annotations": annotations, "subsegments": subsegments}
     if error is not None:

@@ -1,12 +1,12 @@
 """The caller's trace context, stored with the jobs it enqueues: X-Ray's trace header and W3C
 ``traceparent`` (with ``tracestate``).
 
-The enqueue (library and API) calls ``capture``: the request's headers when the API received
-some, else what the process knows — Lambda's ``_X_AMZN_TRACE_ID`` (the invocation's X-Ray
-header; its ``Parent`` is the function's segment) and, when the application already loaded
-OpenTelemetry, its current span. Only a sampled context is kept (an unsampled one would show
-nothing anywhere), checked against the header formats, so a job whose caller was not traced
-stores NULL and costs nothing. The drain (pgdrain.job_spans) runs the job under it.
+The enqueue (library and API) calls ``capture``: inside a traced job's run, that job's
+trace (``RUNNING_JOB``); else Lambda's ``_X_AMZN_TRACE_ID`` (the invocation's X-Ray header;
+its ``Parent`` is the function's segment), then the API request's headers; and, when the
+application already loaded OpenTelemetry, its current span. Only a sampled context is kept
+(an unsampled one would show nothing anywhere), checked against the header formats, so a job
+whose caller was not traced stores NULL and costs nothing. The drain (pgdrain.job_spans) runs the job under it.
 
 Nothing here imports OpenTelemetry: it is read only if the application imported it already.
 """
@@ -17,10 +17,15 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 XRAY_ENV = "_X_AMZN_TRACE_ID"
 """Set by Lambda for each invocation (and by the X-Ray SDK's users elsewhere)."""
+
+RUNNING_JOB: ContextVar[str | None] = ContextVar("pgdrain_running_job_xray", default=None)
+"""While the drain runs a traced job (pgdrain.job_spans): the X-Ray header of its ``run``
+subsegment, so that the jobs its handler enqueues join the job's trace, not the drain's."""
 
 _XRAY = re.compile(r"Root=(1-[0-9a-f]{8}-[0-9a-f]{24})(?:;Parent=([0-9a-f]{16}))?"
                    r"(?:;Sampled=([01?]))?(?:;.*)?\Z")
@@ -33,8 +38,8 @@ def capture(headers: Mapping[str, str] | None = None,
     """The sampled trace context to store with a job, or None. ``headers`` (lower-case names)
     are an API request's; a header that does not parse is ignored, never an error."""
     found: dict[str, str] = {}
-    xray = xray_header(environ.get(XRAY_ENV)) or xray_header((headers or {}).get(
-        "x-amzn-trace-id"))
+    xray = (xray_header(RUNNING_JOB.get()) or xray_header(environ.get(XRAY_ENV))
+            or xray_header((headers or {}).get("x-amzn-trace-id")))
     if xray is not None:
         found["xray"] = xray
     parent = traceparent((headers or {}).get("traceparent")) or _opentelemetry_current()
