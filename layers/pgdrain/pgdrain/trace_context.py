@@ -6,7 +6,8 @@ trace (``RUNNING_JOB``); else Lambda's ``_X_AMZN_TRACE_ID`` (the invocation's X-
 its ``Parent`` is the function's segment), then the API request's headers; and, when the
 application already loaded OpenTelemetry, its current span. Only a sampled context is kept
 (an unsampled one would show nothing anywhere), checked against the header formats, so a job
-whose caller was not traced stores NULL and costs nothing. The drain (pgdrain.job_spans) runs the job under it.
+whose caller was not traced stores NULL and costs nothing. The drain (pgdrain.job_spans)
+runs the job under it.
 
 Nothing here imports OpenTelemetry: it is read only if the application imported it already.
 """
