@@ -262,3 +262,16 @@ def test_a_tick_whose_payload_the_model_now_refuses_is_skipped_not_retried(conn,
     entry = pgdrain.get_schedule(conn, "t")
     assert entry["last_tick"] is not None and entry["next_run"] > entry["last_tick"]
     assert tick_stored(conn) == 0
+
+
+def test_a_stored_schedules_jobs_carry_its_tenant_tags_and_meta(conn, sql):
+    # The per-customer report, tagged: bulk actions by tag reach the jobs it enqueues.
+    pgdrain.schedule(conn, "* * * * *", "report", {"customer": 42}, name="report:customer-42",
+                     tenant="customer-42", tags=["customer:42", "report"],
+                     meta={"plan": "pro"})
+    assert tick_stored(conn) == 1
+    rows = sql("SELECT tenant, tags, meta FROM jobs WHERE job_type = 'report'")
+    assert rows == [{"tenant": "customer-42", "tags": ["customer:42", "report"],
+                     "meta": {"plan": "pro"}}]
+    with pytest.raises(pgdrain.InvalidSchedule, match="tags"):
+        pgdrain.schedule(conn, "* * * * *", "report", {}, name="bad", tags=["not a tag"])

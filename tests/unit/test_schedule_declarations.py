@@ -51,7 +51,7 @@ def test_tz_without_cron_is_refused():
     ({"queue": ""}, "queue: must be a non-empty string"),
     ({"priority": 99999}, "priority: must be between"),
     ({"run_at": "2030-01-01T00:00:00Z"}, "a schedule takes queue, priority, max_attempts, "
-                                         "ttl_seconds, not run_at"),
+                                         "ttl_seconds, tenant, tags, meta, not run_at"),
     ({"dedupe_key": "k"}, "not dedupe_key"),
 ])
 def test_schedule_options_are_checked_at_import(kwargs, words):

@@ -296,7 +296,8 @@ def job(
     return register
 
 
-_SCHEDULED_OPTIONS = ("queue", "priority", "max_attempts", "ttl_seconds")
+_SCHEDULED_OPTIONS = ("queue", "priority", "max_attempts", "ttl_seconds", "tenant", "tags",
+                      "meta")
 
 
 def schedule_entry(name: Any, cron: str, tz: str | None, job_type: str,

@@ -87,7 +87,8 @@ def declare_schedule(cron: str, job_type: str, payload: dict[str, Any] | None = 
                      registry: Registry | None = None, **options: Any) -> Schedule:
     """Declare a periodic job in a job module: at each tick of ``cron`` (five fields, in UTC
     unless ``tz`` names a zone) the drains enqueue one ``job_type`` job with ``payload`` and
-    ``options`` (``queue``, ``priority``, ``max_attempts``, ``ttl_seconds``). ``name`` (default:
+    ``options`` (``queue``, ``priority``, ``max_attempts``, ``ttl_seconds``, ``tenant``,
+    ``tags``, ``meta``). ``name`` (default:
     the job type, the expression and the zone) identifies the entry across deploys: renamed or
     removed, it stops. Everything is checked here, at import: ConfigError says what is wrong.
 

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 FIRST_SIGHT_SECONDS = 60.0
 """A new entry runs for a tick at most this old (the scheduled drain comes every minute)."""
 
-SCHEDULE_OPTIONS = ("queue", "priority", "max_attempts", "ttl_seconds")
+SCHEDULE_OPTIONS = ("queue", "priority", "max_attempts", "ttl_seconds", "tenant", "tags",
+                    "meta")
 """The options a schedule's jobs take (the same for declared entries)."""
 
 MAX_NAME = 200

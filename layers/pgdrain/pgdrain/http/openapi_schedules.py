@@ -60,6 +60,10 @@ _OPTION_SCHEMAS: dict[str, Any] = {
     "priority": {"type": "integer", "minimum": -32768, "maximum": 32767},
     "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_INT},
     "ttl_seconds": {"type": "number", "exclusiveMinimum": 0},
+    "tenant": {"type": "string", "minLength": 1, "maxLength": 200},
+    "tags": {"type": "array", "maxItems": 16, "items": {"type": "string", "minLength": 1,
+                                                        "maxLength": 64}},
+    "meta": {"type": "object"},
 }
 
 OPERATIONS: dict[str, dict[str, Any]] = {
