@@ -146,3 +146,24 @@ def test_a_job_a_traced_job_enqueues_joins_that_jobs_trace_not_the_drains(
     assert (child_segment["trace_id"], child_segment["parent_id"]) == (ROOT, run_id)
     assert parent_segment["annotations"]["drain_trace_id"] == \
         "1-00000000-000000000000000000000001"
+
+
+def test_each_traced_item_of_a_batch_gets_its_segment_in_its_own_trace(
+        database_url, conn, daemon, monkeypatch):
+    registry = Registry()
+    pgdrain.job("index-docs", batch_size=10, registry=registry)(lambda jobs: None)
+    other = "Root=1-5759e988-00000000000000000000000f;Parent=1111111111111111;Sampled=1"
+    monkeypatch.delenv("_X_AMZN_TRACE_ID", raising=False)
+    untraced = pgdrain.enqueue(conn, "index-docs", {}).id  # the batch's first: no trace
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", SAMPLED)
+    first = pgdrain.enqueue(conn, "index-docs", {}).id
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", other)
+    second = pgdrain.enqueue(conn, "index-docs", {}).id
+    monkeypatch.delenv("_X_AMZN_TRACE_ID")
+    assert run_drain(database_url, registry).done == 3
+    segments = {s["annotations"]["job_id"]: s for s in _segments(daemon, 2)}
+    assert set(segments) == {first, second} and untraced not in segments
+    assert (segments[first]["trace_id"], segments[first]["parent_id"]) == (
+        ROOT, "53995c3f42cd8ad8")
+    assert (segments[second]["trace_id"], segments[second]["parent_id"]) == (
+        "1-5759e988-00000000000000000000000f", "1111111111111111")

@@ -26,7 +26,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import Any
@@ -42,23 +42,21 @@ _HEADER = b'{"format": "json", "version": 1}\n'
 _socket: socket.socket | None = None
 
 
-def around(handler: Handler, job: Job) -> Handler:
-    """``handler`` run inside the job's trace, or ``handler`` itself when there is nowhere to
-    send a span (no daemon, no OpenTelemetry) or the stored context does not decode."""
-    try:
-        context = json.loads(job.trace_context or "null")
-    except ValueError:
-        return handler
-    if not isinstance(context, dict):
-        return handler
-    daemon = daemon_address(os.environ.get(DAEMON_ENV)) if "xray" in context else None
-    otel = "traceparent" in context and "opentelemetry.trace" in sys.modules
+def around(handler: Handler, jobs: Sequence[Job]) -> Handler:
+    """``handler`` run inside the trace of each of ``jobs`` (one job, or a batch's) that
+    carries one, or ``handler`` itself when there is nowhere to send a span (no daemon, no
+    OpenTelemetry) or no stored context decodes."""
+    traced = [(job, context) for job in jobs if (context := _context(job)) is not None]
+    daemon = (daemon_address(os.environ.get(DAEMON_ENV))
+              if any("xray" in context for _, context in traced) else None)
+    otel = ("opentelemetry.trace" in sys.modules
+            and any("traceparent" in context for _, context in traced))
     if daemon is None and not otel:
         return handler
     func = handler.func
 
     def spans() -> Any:
-        return _spans(job, context, daemon, otel)
+        return _spans(traced, daemon, otel)
 
     if handler.is_async:
         async def run_async(*args: Any) -> Any:
@@ -74,18 +72,30 @@ def around(handler: Handler, job: Job) -> Handler:
     return dataclasses.replace(handler, func=run)
 
 
+def _context(job: Job) -> dict[str, Any] | None:
+    try:
+        context = json.loads(job.trace_context or "null")
+    except ValueError:
+        return None
+    return context if isinstance(context, dict) and context else None
+
+
 @contextmanager
-def _spans(job: Job, context: dict[str, Any], daemon: tuple[str, int] | None, otel: bool
-           ) -> Iterator[None]:
+def _spans(traced: list[tuple[Job, dict[str, Any]]], daemon: tuple[str, int] | None,
+           otel: bool) -> Iterator[None]:
     started = time.time()
     error: BaseException | None = None
-    ids = (_segment_id(), _segment_id())  # the job's segment, its run subsegment
+    # Each X-Ray job's segment and run subsegment ids: a segment per job, in its own trace.
+    segments = [(job, str(context["xray"]), (_segment_id(), _segment_id()))
+                for job, context in traced if "xray" in context] if daemon else []
     with ExitStack() as stack:
         if otel:
-            stack.enter_context(_otel_span(job, context, started))
-        if daemon is not None:  # what the handler enqueues joins this job's trace
-            trace_id, _ = xray_parts(str(context["xray"]))
-            token = RUNNING_JOB.set(f"Root={trace_id};Parent={ids[1]};Sampled=1")
+            stack.enter_context(_otel_span(
+                [(job, context) for job, context in traced if "traceparent" in context],
+                started))
+        if segments:  # what the handler enqueues joins the (first) job's trace
+            trace_id, _ = xray_parts(segments[0][1])
+            token = RUNNING_JOB.set(f"Root={trace_id};Parent={segments[0][2][1]};Sampled=1")
             stack.callback(RUNNING_JOB.reset, token)
         try:
             yield
@@ -94,8 +104,9 @@ def _spans(job: Job, context: dict[str, Any], daemon: tuple[str, int] | None, ot
             raise
         finally:
             if daemon is not None:
-                send(daemon, xray_segment(job, str(context["xray"]), started, time.time(),
-                                          error, os.environ.get(XRAY_ENV), ids))
+                ended, drain = time.time(), os.environ.get(XRAY_ENV)
+                for job, header, ids in segments:
+                    send(daemon, xray_segment(job, header, started, ended, error, drain, ids))
 
 
 def daemon_address(value: str | None) -> tuple[str, int] | None:
@@ -161,31 +172,43 @@ def send(address: tuple[str, int], segment: dict[str, Any]) -> None:
 
 
 @contextmanager
-def _otel_span(job: Job, context: dict[str, Any], started: float) -> Iterator[None]:
+def _otel_span(traced: list[tuple[Job, dict[str, Any]]], started: float) -> Iterator[None]:
+    """A consumer span, a child of the first job's enqueuer and linked to every other job's
+    and to the span current in the drain, after a ``pgdrain.queued`` span per job."""
     from opentelemetry import trace  # loaded already: around() checked sys.modules
     from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
     from opentelemetry.trace.span import TraceState
 
-    trace_id, span_id = traceparent_parts(str(context["traceparent"]))
-    state = TraceState.from_header([context["tracestate"]]) if context.get("tracestate") \
-        else None
-    parent = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
-                         trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=state)
-    enqueuer = trace.set_span_in_context(NonRecordingSpan(parent))
+    def remote(context: dict[str, Any]) -> Any:
+        trace_id, span_id = traceparent_parts(str(context["traceparent"]))
+        state = (TraceState.from_header([context["tracestate"]])
+                 if context.get("tracestate") else None)
+        return SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
+                           trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=state)
+
+    parents = [remote(context) for _, context in traced]
     current = trace.get_current_span().get_span_context()
-    links = [Link(current)] if current.is_valid else []
+    links = [Link(p) for p in parents[1:]] + ([Link(current)] if current.is_valid else [])
     tracer = trace.get_tracer("pgdrain")
+    first = traced[0][0]
     attributes: dict[str, str | int] = {
         "messaging.system": "pgdrain", "messaging.operation.type": "process",
-        "messaging.destination.name": job.queue, "messaging.message.id": str(job.id),
-        "pgdrain.job_type": job.job_type, "pgdrain.attempt": job.attempts}
-    since = _queued_since(job)
-    if since is not None and since < started:
-        tracer.start_span("pgdrain.queued", context=enqueuer, start_time=int(since * 1e9),
-                          attributes=attributes).end(end_time=int(started * 1e9))
-    with tracer.start_as_current_span(f"pgdrain.job {job.job_type}", context=enqueuer,
-                                      kind=SpanKind.CONSUMER, links=links,
-                                      attributes=attributes):
+        "messaging.destination.name": first.queue, "messaging.message.id": str(first.id),
+        "pgdrain.job_type": first.job_type, "pgdrain.attempt": first.attempts}
+    if len(traced) > 1:
+        attributes["messaging.batch.message_count"] = len(traced)
+    for (job, _), parent in zip(traced, parents, strict=True):
+        since = _queued_since(job)
+        if since is not None and since < started:
+            tracer.start_span("pgdrain.queued",
+                              context=trace.set_span_in_context(NonRecordingSpan(parent)),
+                              start_time=int(since * 1e9),
+                              attributes={**attributes, "messaging.message.id": str(job.id)}
+                              ).end(end_time=int(started * 1e9))
+    with tracer.start_as_current_span(
+            f"pgdrain.job {first.job_type}",
+            context=trace.set_span_in_context(NonRecordingSpan(parents[0])),
+            kind=SpanKind.CONSUMER, links=links, attributes=attributes):
         yield
 
 

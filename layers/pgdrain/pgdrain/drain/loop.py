@@ -242,10 +242,11 @@ class Loop:
                 return
             transaction = None if session is None else Transaction(session, job, s.done)
             handler = applied(s.registry, handler)
-        if job.trace_context is not None:  # its enqueuer was traced: run it in that trace
-            from ..job_spans import around
+        items = s.batches[job.id][1] if batch is not None else (job,)
+        if any(item.trace_context is not None for item in items):
+            from ..job_spans import around  # an enqueuer was traced: run it in that trace
 
-            handler = around(handler, job)
+            handler = around(handler, items)
         attempt = Attempt(job, handler, timeout, started, transaction)
         inline = runs_inline(handler, slots=self.slots, limits=s.limits)
         s.checkpoints.begin(job, handler, inline=inline)
