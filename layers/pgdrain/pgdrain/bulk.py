@@ -202,7 +202,11 @@ def act(conn: Any, action: Action | str, match: JobFilter, *, upto: int, batch: 
         action = replace(action, run=partial(operator_store.delete_jobs, statuses=allowed))
     started, done = clock(), Acted()
     for ids in browse.matching_ids(session, applying(action, match), upto=upto, batch=batch):
-        outcomes = _batch(session, action, ids, lock_ms, pause)
+        # A batch's statements end within what is left of ``seconds`` (and a second): the
+        # caller's time (an invocation's) bounds them, not only STATEMENT_MS.
+        left_ms = STATEMENT_MS if seconds is None else \
+            int(max(0.0, seconds - (clock() - started)) * 1000) + 1000
+        outcomes = _batch(session, action, ids, lock_ms, pause, min(STATEMENT_MS, left_ms))
         if outcomes is None:
             done.next_upto, done.stopped = ids[0], "busy"
             return done
@@ -214,14 +218,15 @@ def act(conn: Any, action: Action | str, match: JobFilter, *, upto: int, batch: 
 
 
 def _batch(session: Any, action: Action, ids: list[int], lock_ms: int,
-           pause: Callable[[float], None]) -> dict[int, str] | None:
+           pause: Callable[[float], None], statement_ms: int = STATEMENT_MS
+           ) -> dict[int, str] | None:
     """One batch: its outcomes, or None when its locks could not be had in ROUNDS tries."""
     if not session.autocommitting():
         return action.run(session, ids)
     for attempt in range(ROUNDS):
         try:
             with session.transaction():
-                session.rows("bulk_bounds", lock_ms=lock_ms, statement_ms=STATEMENT_MS)
+                session.rows("bulk_bounds", lock_ms=lock_ms, statement_ms=statement_ms)
                 return action.run(session, ids)
         except Exception as exc:
             # A drain held a row (lock timeout), a lock cycle with one (deadlock), or a
