@@ -158,3 +158,20 @@ def test_delete_checks_the_status_again_when_it_deletes(conn, sql):
     outcomes = operator_store.delete_jobs(conn, [failed, pending], statuses=["failed"])
     assert outcomes == {failed: "deleted", pending: "pending"}
     assert [r["id"] for r in sql("SELECT id FROM jobs")] == [pending]
+
+
+def test_cancel_checks_the_status_again_when_it_cancels(conn, sql):
+    # A bulk cancel of pending jobs: one claimed since its batch's ids were read is running
+    # now, not what was counted, and is left to run (not asked to stop).
+    from pgdrain import operator_store
+
+    claimed_since, pending = (pgdrain.enqueue(conn, "t").id for _ in range(2))
+    [running] = pgdrain.claim(conn, batch_size=1, lease_seconds=60)
+    assert running.id == claimed_since
+    outcomes = operator_store.cancel(conn, [claimed_since, pending], statuses=["pending"])
+    assert outcomes == {claimed_since: "running", pending: "cancelled"}
+    rows = {r["id"]: (r["status"], r["cancel_requested_at"]) for r in sql(
+        "SELECT id, status, cancel_requested_at FROM jobs")}
+    assert rows[claimed_since] == ("running", None)
+    assert rows[pending][0] == "cancelled"
+    assert operator_store.cancel(conn, [claimed_since]) == {claimed_since: "cancel_requested"}

@@ -196,10 +196,11 @@ def act(conn: Any, action: Action | str, match: JobFilter, *, upto: int, batch: 
     if batch < 1:
         raise ValueError("batch must be at least 1")
     session = as_session(conn)
-    if action.name == "delete":
-        # A job selected as failed and requeued since is pending: not what was counted.
+    if action.run in (operator_store.delete_jobs, operator_store.cancel):
+        # A job selected as failed and requeued since is pending, one selected as pending and
+        # claimed since is running: not what was counted, and left alone.
         allowed = action.statuses if match.status is None else (match.status,)
-        action = replace(action, run=partial(operator_store.delete_jobs, statuses=allowed))
+        action = replace(action, run=partial(action.run, statuses=allowed))
     started, done = clock(), Acted()
     for ids in browse.matching_ids(session, applying(action, match), upto=upto, batch=batch):
         # A batch's statements end within what is left of ``seconds`` (and a second): the

@@ -89,15 +89,18 @@ def purge_finished(conn: Any, *, status: str, older_than_seconds: float,
 PURGEABLE_STATUSES = ("done", "failed", "cancelled")
 
 
-def cancel(conn: Any, ids: Sequence[int]) -> dict[int, str]:
+def cancel(conn: Any, ids: Sequence[int], *, statuses: Sequence[str] | None = None
+           ) -> dict[int, str]:
     """Cancel jobs by id (see the catalogue's job_cancel): for each id, ``cancelled`` (it was
     pending and will never run), ``cancel_requested`` (it is running: its attempt ends
     cancelled rather than retried), ``already_done``, ``already_failed``,
-    ``already_cancelled`` (nothing changed), or ``not_found``."""
+    ``already_cancelled`` (nothing changed), its status when it is not in ``statuses``
+    (None: any; untouched), or ``not_found``."""
     wanted = sorted({job_id(i) for i in ids})
     if not wanted:
         return {}
-    found = {r["id"]: r["outcome"] for r in as_session(conn).rows("job_cancel", ids=wanted)}
+    found = {r["id"]: r["outcome"] for r in as_session(conn).rows(
+        "job_cancel", ids=wanted, statuses=None if statuses is None else list(statuses))}
     return {i: found.get(i, "not_found") for i in wanted}
 
 

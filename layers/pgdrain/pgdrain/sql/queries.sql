@@ -907,10 +907,13 @@ CROSS JOIN LATERAL (
 -- instead of retried); a finished one stays as it is. The rows are locked in id order, so two
 -- cancels never deadlock; a claim holding a row makes this wait for its commit, then see the
 -- job running. Returns each existing id with what happened: cancelled, cancel_requested, or
--- already_done / already_failed / already_cancelled. Waiters of these jobs are notified
--- (waiters_woken; the count only makes the statement read it).
+-- already_done / already_failed / already_cancelled. With :statuses (a bulk cancel by filter:
+-- what it counted) only jobs in one of them are touched; another's outcome is its status.
+-- Waiters of these jobs are notified (waiters_woken; the count only makes the statement read
+-- it).
 WITH {{waiters_woken}}, target AS (
-    SELECT id, status
+    SELECT id, status,
+           (:statuses::text[] IS NULL OR status = ANY (:statuses::text[])) AS wanted
     FROM jobs
     WHERE id = ANY(:ids::bigint[])
     ORDER BY id
@@ -919,18 +922,19 @@ WITH {{waiters_woken}}, target AS (
     UPDATE jobs AS j
     SET status = 'cancelled', finished_at = now(), updated_at = now()
     FROM target AS t
-    WHERE j.id = t.id AND t.status IN ('pending', 'waiting')
+    WHERE j.id = t.id AND t.status IN ('pending', 'waiting') AND t.wanted
     RETURNING j.id
 ), requested AS (
     UPDATE jobs AS j
     SET cancel_requested_at = coalesce(j.cancel_requested_at, now()), updated_at = now()
     FROM target AS t
-    WHERE j.id = t.id AND t.status = 'running'
+    WHERE j.id = t.id AND t.status = 'running' AND t.wanted
     RETURNING j.id
 )
 SELECT t.id,
        CASE WHEN c.id IS NOT NULL THEN 'cancelled'
             WHEN r.id IS NOT NULL THEN 'cancel_requested'
+            WHEN NOT t.wanted THEN t.status
             ELSE 'already_' || t.status END AS outcome
 FROM target AS t
 LEFT JOIN cancelled AS c ON c.id = t.id
