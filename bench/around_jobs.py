@@ -1,7 +1,8 @@
 """What code around a job costs a drain: JOBS no-op jobs drained at default settings, plain;
 with a middleware and the two hooks registered; and with the enqueuer's trace context kept
 and run under (an X-Ray segment per job sent to a daemon stand-in on 127.0.0.1, and, with
-OpenTelemetry's SDK loaded, a span per job exported to memory). Each variant is drained
+OpenTelemetry's SDK loaded, a span per job exported to memory). The daemon stand-in is a
+process of its own, as the daemon is in Lambda. Each variant is drained
 ROUNDS times, interleaved, in one run; the medians are reported with their ratio to plain.
 
     .venv/bin/python bench/around_jobs.py
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import threading
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -91,26 +92,31 @@ def _enqueuer(jobs: int, env: dict[str, str] | None, otel: Any = None
     return enqueue
 
 
-def _daemon() -> tuple[socket.socket, threading.Thread, list[int]]:
-    """A daemon stand-in on 127.0.0.1 that counts the segments it receives."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-    sock.settimeout(0.5)
-    received = [0]
+_DAEMON = """
+import signal, socket, sys
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.bind(("127.0.0.1", 0))
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+print(sock.getsockname()[1], flush=True)
+received = 0
+def stop(*_):
+    print(received, flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+while True:
+    sock.recv(65536)
+    received += 1
+"""
 
-    def read() -> None:
-        while sock.fileno() >= 0:
-            try:
-                sock.recv(65536)
-                received[0] += 1
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-    thread = threading.Thread(target=read, daemon=True)
-    thread.start()
-    return sock, thread, received
+
+def _daemon() -> tuple[subprocess.Popen[str], int]:
+    """An X-Ray daemon stand-in on 127.0.0.1 that counts the segments it receives: a
+    process of its own, as the daemon is in Lambda (a thread here would take the GIL from
+    the drain it measures)."""
+    process = subprocess.Popen([sys.executable, "-c", _DAEMON], stdout=subprocess.PIPE,
+                               text=True)
+    assert process.stdout is not None
+    return process, int(process.stdout.readline())
 
 
 def main() -> None:
@@ -128,8 +134,8 @@ def main() -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     tracer = trace.get_tracer("bench")
-    sock, _, received = _daemon()
-    os.environ["AWS_XRAY_DAEMON_ADDRESS"] = f"127.0.0.1:{sock.getsockname()[1]}"
+    daemon, port = _daemon()
+    os.environ["AWS_XRAY_DAEMON_ADDRESS"] = f"127.0.0.1:{port}"
     variants: dict[str, tuple[Callable[[], Registry], Callable[[Any], None]]] = {
         "plain": (_plain, _enqueuer(args.jobs, None)),
         "middleware + 2 hooks": (_wrapped, _enqueuer(args.jobs, None)),
@@ -145,7 +151,8 @@ def main() -> None:
             for name, (registry, enqueue) in variants.items():
                 exporter.clear()
                 rates[name].append(_round(url, registry(), args.jobs, enqueue))
-        sock.close()
+    daemon.terminate()
+    received, _ = daemon.communicate(timeout=10)
     plain = statistics.median(rates["plain"])
     print(f"{args.jobs:,} no-op jobs per round, {args.rounds} rounds interleaved, default "
           f"settings (median jobs/s, ratio to plain, per-job cost):")
@@ -154,7 +161,7 @@ def main() -> None:
         extra = (1 / rate - 1 / plain) * 1e6
         print(f"  {name:28} {rate:8,.0f} jobs/s  {rate / plain:5.2f}  "
               f"{extra:+6.0f} us/job")
-    print(f"  (X-Ray segments received by the stand-in: {received[0]:,})")
+    print(f"  (X-Ray segments received by the stand-in: {int(received.split()[-1]):,})")
 
 
 if __name__ == "__main__":
